@@ -1,0 +1,222 @@
+"""Batches of whole queries: ``features [B, L, F]``, ``labels [B, L]``, ``mask [B, L]``.
+
+Two paths share the batch sampler and the list sampling:
+
+* ``QueryDataset`` + ``collate_queries`` for a ``DataLoader`` (CPU memory, optional workers);
+* ``DeviceBatches``, which keeps the whole split on one device (the GPU) and builds each padded
+  batch with a single gather, so no per-query Python work runs in the training loop.
+
+The batch sampler yields ``(query_index, batch_seed)`` pairs. The seed depends only on (seed, epoch,
+batch number), so the random list sampling of a resumed run is the same as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Sampler
+
+Batch = dict[str, Tensor]
+
+
+def sample_lists(batch: Batch, max_list_length: int | None, generator: torch.Generator) -> Batch:
+    """Keep at most ``max_list_length`` random documents of each list, at least one relevant.
+
+    Vectorized over the batch: every real document gets a uniform key, one random relevant
+    document per list gets the smallest key, and the ``max_list_length`` smallest keys are kept
+    (in their original list order). Lists already short enough are unchanged.
+    """
+    mask = batch["mask"]
+    if max_list_length is None or mask.shape[1] <= max_list_length:
+        return batch
+    keys = torch.rand(mask.shape, generator=generator, device=generator.device).to(mask.device)
+    relevant = (batch["labels"] > 0) & mask
+    # the relevant document with the smallest key is forced to key -1: always kept
+    forced = torch.where(relevant, keys, torch.full_like(keys, 2.0)).argmin(1, keepdim=True)
+    keys = keys.scatter(1, forced, torch.where(relevant.gather(1, forced), -1.0, keys.gather(1, forced)))
+    keys = keys.masked_fill(~mask, float("inf"))
+    keep = keys.topk(max_list_length, dim=1, largest=False).indices.sort(1).values
+    return {
+        **batch,
+        "features": batch["features"].gather(1, keep[..., None].expand(-1, -1, batch["features"].shape[2])),
+        "labels": batch["labels"].gather(1, keep),
+        "mask": mask.gather(1, keep),
+    }
+
+
+def pad_batch(features: Tensor, labels: Tensor, starts: Tensor, lengths: Tensor, width: int | None = None) -> Batch:
+    """Gather queries ``[starts, starts + lengths)`` of flat ``features [N, F]`` into a padded batch.
+
+    ``width`` (the longest length) can be passed in to avoid reading ``lengths`` back from a GPU.
+    """
+    if width is None:
+        width = int(lengths.max()) if len(lengths) else 0
+    positions = torch.arange(width, device=features.device)
+    mask = positions[None, :] < lengths[:, None]
+    rows = torch.where(mask, starts[:, None] + positions[None, :], torch.zeros_like(mask, dtype=torch.long))
+    return {
+        "features": features[rows] * mask[..., None],
+        "labels": labels[rows] * mask,
+        "mask": mask,
+    }
+
+
+class QueryDataset(Dataset):
+    """Queries of one split; an item is the query's ``(features [n, F], labels [n], seed)``."""
+
+    def __init__(self, features: Tensor, labels: Tensor, offsets: Tensor) -> None:
+        self.features, self.labels, self.offsets = features, labels, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, item: int | tuple[int, int]) -> tuple[Tensor, Tensor, int, int]:
+        index, seed = item if isinstance(item, tuple) else (item, -1)
+        start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
+        return self.features[start:stop], self.labels[start:stop], index, seed
+
+
+def make_collate(max_list_length: int | None) -> Callable[[list], Batch]:
+    """Collate for ``QueryDataset`` items: pad, then sample long lists with the batch's seed."""
+
+    def collate(items: list) -> Batch:
+        lengths = torch.tensor([len(labels) for _, labels, _, _ in items])
+        features = torch.cat([f for f, _, _, _ in items])
+        labels = torch.cat([y for _, y, _, _ in items])
+        starts = torch.cumsum(lengths, 0) - lengths
+        batch = pad_batch(features, labels, starts, lengths)
+        batch["query_index"] = torch.tensor([index for _, _, index, _ in items])
+        seed = items[0][3] if items else -1
+        if seed >= 0:
+            batch = sample_lists(batch, max_list_length, torch.Generator().manual_seed(seed))
+        return batch
+
+    return collate
+
+
+class QueryOrderSampler(Sampler[int]):
+    """Query indices in a seeded order that changes with the epoch (``set_epoch``).
+
+    It is the ``.sampler`` of ``QueryBatchSampler``, which is where Lightning looks for
+    ``set_epoch`` (it calls ``dataloader.sampler`` and ``dataloader.batch_sampler.sampler``).
+    """
+
+    def __init__(self, num_queries: int, *, shuffle: bool, seed: int = 0) -> None:
+        self.num_queries, self.shuffle, self.seed, self.epoch = num_queries, shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def rng(self, *extra: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, *extra])
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.rng().permutation(self.num_queries) if self.shuffle else np.arange(self.num_queries)
+        return iter(order.tolist())
+
+    def __len__(self) -> int:
+        return self.num_queries
+
+
+class QueryBatchSampler(Sampler[list]):
+    """Batches of query indices from ``QueryOrderSampler``, optionally bucketed by list length.
+
+    Bucketing sorts queries by length inside windows of ``50 * batch_size`` so that a batch pads
+    little, then shuffles the order of batches. With ``with_seeds`` each index comes with a batch
+    seed for the list sampling. With ``torch.distributed`` initialized, each rank takes every
+    ``world_size``-th batch (so set ``use_distributed_sampler=False`` in the trainer).
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        bucket: bool = False,
+        seed: int = 0,
+        with_seeds: bool = False,
+    ) -> None:
+        self.lengths = np.asarray(lengths)
+        self.sampler = QueryOrderSampler(len(self.lengths), shuffle=shuffle, seed=seed)
+        self.batch_size, self.bucket, self.with_seeds = batch_size, bucket, with_seeds
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def batches(self) -> list[np.ndarray]:
+        order = np.fromiter(self.sampler, dtype=np.int64, count=len(self.sampler))
+        if self.bucket:
+            window = 50 * self.batch_size
+            chunks = np.array_split(order, max(1, math.ceil(len(order) / window)))
+            order = np.concatenate([chunk[np.argsort(self.lengths[chunk], kind="stable")] for chunk in chunks])
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.sampler.shuffle and self.bucket:
+            batches = [batches[i] for i in self.sampler.rng(1).permutation(len(batches))]
+        rank, world = _rank_and_world()
+        return batches[rank::world]
+
+    def batch_seed(self, number: int) -> int:
+        return int(self.sampler.rng(2, number).integers(2**62))
+
+    def __iter__(self) -> Iterator[list]:
+        for number, batch in enumerate(self.batches()):
+            if self.with_seeds:
+                seed = self.batch_seed(number)
+                yield [(int(i), seed) for i in batch]
+            else:
+                yield [int(i) for i in batch]
+
+    def __len__(self) -> int:
+        rank, world = _rank_and_world()
+        return len(range(rank, math.ceil(len(self.lengths) / self.batch_size), world))
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class DeviceBatches:
+    """An iterable of padded batches built on the device that holds the whole split.
+
+    (Its batch sampler is ``batch_plan``, not ``sampler``: Lightning treats any object with a
+    ``sampler`` attribute as a DataLoader.)
+
+    ``epoch_fn`` returns the trainer's current epoch, so that shuffling and list sampling follow
+    the same seeds as the DataLoader path (and a resumed run).
+    """
+
+    def __init__(
+        self,
+        features: Tensor,
+        labels: Tensor,
+        offsets: Tensor,
+        batch_plan: QueryBatchSampler,
+        max_list_length: int | None,
+        epoch_fn: Callable[[], int],
+    ) -> None:
+        self.features, self.labels = features, labels
+        self.starts, self.lengths = offsets[:-1], offsets[1:] - offsets[:-1]
+        self.batch_plan, self.max_list_length, self.epoch_fn = batch_plan, max_list_length, epoch_fn
+
+    def __len__(self) -> int:
+        return len(self.batch_plan)
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.batch_plan.set_epoch(self.epoch_fn())
+        device = self.features.device
+        for number, indices in enumerate(self.batch_plan.batches()):
+            index = torch.as_tensor(indices, device=device)
+            width = int(self.batch_plan.lengths[indices].max())  # host-side lengths: no device sync
+            batch = pad_batch(self.features, self.labels, self.starts[index], self.lengths[index], width)
+            batch["query_index"] = index
+            if self.batch_plan.with_seeds:
+                generator = torch.Generator(device=device).manual_seed(self.batch_plan.batch_seed(number))
+                batch = sample_lists(batch, self.max_list_length, generator)
+            yield batch

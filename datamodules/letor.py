@@ -1,0 +1,156 @@
+"""LightningDataModule for LETOR-format files (LETOR 3/4, MSLR-WEB10K/30K, Yahoo, Istella)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from datamodules.batching import DeviceBatches, QueryBatchSampler, QueryDataset, make_collate
+from datamodules.letor_io import LetorData, read_letor
+from datamodules.normalization import KINDS, FeatureNormalizer
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+
+
+def split_statistics(data: LetorData) -> dict[str, int]:
+    """Counts reported for each split: queries kept for evaluation are never dropped silently."""
+    lengths = data.lengths
+    relevant = np.add.reduceat(data.labels > 0, data.offsets[:-1]) if len(data.labels) else np.zeros(0)
+    return {
+        "queries": int(data.num_queries),
+        "documents": len(data.labels),
+        "queries_without_relevant": int((relevant == 0).sum()),
+        "single_document_queries": int((lengths == 1).sum()),
+        "max_list_length": int(lengths.max()) if len(lengths) else 0,
+    }
+
+
+class LetorDataModule(pl.LightningDataModule):
+    """Queries from LETOR text files, batched as ``features [B, L, F]``, ``labels [B, L]``, ``mask``.
+
+    Args:
+        train, val, test: file paths (``.txt``, ``.gz``, ``.bz2``). Without ``val``, a seeded
+            ``val_fraction`` of the training queries is held out.
+        num_features: number of feature columns; default the largest index over all given files.
+        zero_based: whether feature indices start at 0 (LETOR's start at 1).
+        normalization: ``none``, ``zscore`` (training statistics), ``query_zscore`` or ``log1p``;
+            applied by a ``FeatureNormalizer`` inside the model, hence inside the exported scorer.
+        batch_size, eval_batch_size: queries per batch.
+        max_list_length: training lists longer than this are randomly cut down to it (at least one
+            relevant document kept); evaluation always sees whole lists.
+        bucket_by_length: group training queries of similar length into batches (less padding).
+        device_resident: keep each split on the training device and build batches by indexing.
+        cache_dir: where parsed files are cached (``None``: no cache).
+    """
+
+    def __init__(
+        self,
+        train: str,
+        val: str | None = None,
+        test: str | None = None,
+        *,
+        num_features: int | None = None,
+        zero_based: bool = False,
+        normalization: str = "zscore",
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        max_list_length: int | None = None,
+        bucket_by_length: bool = True,
+        device_resident: bool = False,
+        val_fraction: float = 0.1,
+        num_workers: int = 0,
+        cache_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if normalization not in KINDS:
+            raise ValueError(f"normalization must be one of {KINDS}, got {normalization!r}")
+        self.paths = {"train": train, "val": val, "test": test}
+        self.num_features_option, self.zero_based = num_features, zero_based
+        self.normalization, self.batch_size = normalization, batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.max_list_length, self.bucket_by_length = max_list_length, bucket_by_length
+        self.device_resident, self.val_fraction = device_resident, val_fraction
+        self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
+        self.splits: dict[str, LetorData] = {}
+        self.tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.statistics: dict[str, dict[str, int]] = {}
+
+    @property
+    def num_features(self) -> int:
+        return self.splits["train"].num_features
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return  # called by train.py before the trainer exists, and again by Lightning
+        for split, path in self.paths.items():
+            if path is not None:
+                self.splits[split] = read_letor(path, zero_based=self.zero_based, cache_dir=self.cache_dir)
+        if "val" not in self.splits:
+            self._hold_out_validation()
+        width = self.num_features_option or max(data.num_features for data in self.splits.values())
+        for split, data in self.splits.items():
+            self.splits[split] = data.with_num_features(width)
+            self.statistics[split] = split_statistics(self.splits[split])
+            log.info("%s split: %s", split, self.statistics[split])
+            self.tensors[split] = (
+                torch.from_numpy(self.splits[split].features),
+                torch.from_numpy(self.splits[split].labels),
+                torch.from_numpy(self.splits[split].offsets),
+            )
+
+    def _hold_out_validation(self) -> None:
+        train = self.splits["train"]
+        order = np.random.default_rng(self.seed).permutation(train.num_queries)
+        n_val = max(1, round(self.val_fraction * train.num_queries))
+        if n_val >= train.num_queries:
+            raise ValueError(f"{train.path}: {train.num_queries} queries, too few to hold out validation")
+        self.splits["val"] = train.subset(np.sort(order[:n_val]))
+        self.splits["train"] = train.subset(np.sort(order[n_val:]))
+
+    def build_normalizer(self) -> FeatureNormalizer:
+        return FeatureNormalizer.fit(self.normalization, self.splits["train"].features)
+
+    def _loader(self, split: str, *, train: bool):
+        features, labels, offsets = self.tensors[split]
+        lengths = self.splits[split].lengths
+        sampler = QueryBatchSampler(
+            lengths,
+            self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            bucket=self.bucket_by_length or not train,
+            seed=self.seed,
+            with_seeds=train,
+        )
+        max_length = self.max_list_length if train else None
+        if self.device_resident:
+            device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+            moved = (features.to(device), labels.to(device), offsets.to(device))
+            epoch_fn = (lambda: self.trainer.current_epoch) if self.trainer is not None else (lambda: 0)
+            return DeviceBatches(*moved, sampler, max_length, epoch_fn)
+        return DataLoader(
+            QueryDataset(features, labels, offsets),
+            batch_sampler=sampler,
+            collate_fn=make_collate(max_length),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self):
+        return self._loader("train", train=True)
+
+    def val_dataloader(self):
+        return self._loader("val", train=False)
+
+    def test_dataloader(self):
+        return self._loader("test" if "test" in self.splits else "val", train=False)
+
+    def data_files(self) -> dict[str, str]:
+        return {split: str(Path(p)) for split, p in self.paths.items() if p is not None}

@@ -1,0 +1,57 @@
+"""Feature normalization as a module, so the exported scorer applies exactly what training saw."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+Normalization = Literal["none", "zscore", "query_zscore", "log1p"]
+KINDS = ("none", "zscore", "query_zscore", "log1p")
+
+
+class FeatureNormalizer(nn.Module):
+    """Maps raw features ``[..., L, F]`` (mask ``[..., L]``) to normalized ones of the same shape.
+
+    * ``none``: identity.
+    * ``zscore``: ``(x - mean) / std`` with the training set's per-feature mean and std (buffers).
+    * ``query_zscore``: z-score over the real documents of each query (LETOR's QueryLevelNorm
+      uses min-max; z-score is robust to one outlier document). Constant features become 0.
+    * ``log1p``: ``sign(x) * log1p(|x|)``, for heavy-tailed counts (MSLR, Istella).
+    """
+
+    def __init__(
+        self, kind: str = "none", mean: Tensor | None = None, std: Tensor | None = None, num_features: int = 0
+    ) -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"normalization must be one of {KINDS}, got {kind!r}")
+        self.kind = kind
+        size = len(mean) if mean is not None else num_features
+        self.register_buffer("mean", mean.float() if mean is not None else torch.zeros(size))
+        self.register_buffer("std", std.float() if std is not None else torch.ones(size))
+
+    @classmethod
+    def fit(cls, kind: str, features: np.ndarray) -> FeatureNormalizer:
+        """Statistics from training features ``[N, F]`` (used by ``zscore`` only)."""
+        if kind != "zscore" or len(features) == 0:
+            return cls(kind, num_features=features.shape[1])
+        mean = features.mean(0, dtype=np.float64)
+        std = features.std(0, dtype=np.float64)
+        std[std < 1e-12] = 1.0  # a constant feature stays finite (becomes 0)
+        return cls(kind, torch.from_numpy(mean).float(), torch.from_numpy(std).float())
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.kind == "zscore":
+            return (features - self.mean) / self.std
+        if self.kind == "log1p":
+            return torch.sign(features) * torch.log1p(features.abs())
+        if self.kind == "query_zscore":
+            weight = torch.ones_like(features[..., :1]) if mask is None else mask.unsqueeze(-1).to(features.dtype)
+            count = weight.sum(-2, keepdim=True).clamp_min(1.0)
+            mean = (features * weight).sum(-2, keepdim=True) / count
+            var = ((features - mean).square() * weight).sum(-2, keepdim=True) / count
+            return (features - mean) / torch.sqrt(var + 1e-12) * (var > 1e-12).to(features.dtype)
+        return features
