@@ -28,9 +28,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._timing import machine, median_ms  # noqa: E402
-from losses import lambdarank_loss, ranknet_loss  # noqa: E402
-from metrics.functional import discounts, gains, ideal_dcg  # noqa: E402
+from bench._timing import machine, median_ms
+from losses import lambdarank_loss, ranknet_loss
+from metrics.functional import discounts, gains, ideal_dcg
 
 SHAPES = [(64, 128), (16, 512), (4, 4096)]
 K = 10
@@ -68,13 +68,17 @@ def load_allrank_lambda_loss(site: str | None):
         raise SystemExit(f"--allrank-site: {path} not found")
     import types
 
-    for name, attrs in {"allrank": {}, "allrank.data": {}, "allrank.models": {},
-                        "allrank.data.dataset_loading": {"PADDED_Y_VALUE": -1},
-                        "allrank.models.losses": {"DEFAULT_EPS": 1e-10}}.items():
+    for name, attrs in {
+        "allrank": {},
+        "allrank.data": {},
+        "allrank.models": {},
+        "allrank.data.dataset_loading": {"PADDED_Y_VALUE": -1},
+        "allrank.models.losses": {"DEFAULT_EPS": 1e-10},
+    }.items():
         module = sys.modules.setdefault(name, types.ModuleType(name))
         vars(module).update(attrs)
     namespace: dict = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - a benchmark peer
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
     return namespace["lambdaLoss"]
 
 
@@ -85,8 +89,9 @@ def allrank_variant(site: str | None, k: int | None):
 
     def run(scores, labels, mask):
         padded_labels = labels.masked_fill(~mask, -1.0)
-        return lambda_loss(scores, padded_labels, weighing_scheme="lambdaRank_scheme", k=k,
-                           reduction="sum", reduction_log="natural")
+        return lambda_loss(
+            scores, padded_labels, weighing_scheme="lambdaRank_scheme", k=k, reduction="sum", reduction_log="natural"
+        )
 
     return run
 
@@ -95,11 +100,18 @@ def implementations(allrank_site: str | None) -> dict:
     """loss name -> (ours, straightforward reference, allRank or None, gradients comparable to allRank)."""
     return {
         "ranknet": (lambda s, y, m: ranknet_loss(s, y, m), reference_ranknet, None, False),
-        "lambdarank@10": (lambda s, y, m: lambdarank_loss(s, y, m, k=K), reference_lambdarank,
-                          allrank_variant(allrank_site, K), False),
-        "lambdarank (all pairs)": (lambda s, y, m: lambdarank_loss(s, y, m, reduction="sum"),
-                                   lambda s, y, m: reference_lambdarank(s, y, m, k=None) * s.shape[0],
-                                   allrank_variant(allrank_site, None), True),
+        "lambdarank@10": (
+            lambda s, y, m: lambdarank_loss(s, y, m, k=K),
+            reference_lambdarank,
+            allrank_variant(allrank_site, K),
+            False,
+        ),
+        "lambdarank (all pairs)": (
+            lambda s, y, m: lambdarank_loss(s, y, m, reduction="sum"),
+            lambda s, y, m: reference_lambdarank(s, y, m, k=None) * s.shape[0],
+            allrank_variant(allrank_site, None),
+            True,
+        ),
     }
 
 
@@ -160,8 +172,10 @@ def main() -> None:
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     print(f"# machine: {machine()}")
     print("peak MB: CUDA max_memory_allocated, or on CPU the rise of the process's peak RSS while timing")
-    print("| device | loss | shape [B, L] | ours ms | reference ms | ref/ours | allRank ms | allRank/ours "
-          "| ours peak MB | reference peak MB |")
+    print(
+        "| device | loss | shape [B, L] | ours ms | reference ms | ref/ours | allRank ms | allRank/ours "
+        "| ours peak MB | reference peak MB |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     impls = implementations(args.allrank_site)
     for device in devices:
@@ -177,10 +191,13 @@ def main() -> None:
                     out = subprocess.run(child, capture_output=True, text=True, check=True).stdout
                     row[side] = json.loads(out.strip().splitlines()[-1])
                 ours_ms = row["ours"]["ms"]
-                peer = (f"{row['allrank']['ms']:.2f} | {row['allrank']['ms'] / ours_ms:.1f}x" if allrank else "- | -")
-                print(f"| {device} | {loss} | [{batch}, {length}] | {ours_ms:.2f} | {row['reference']['ms']:.2f} | "
-                      f"{row['reference']['ms'] / ours_ms:.1f}x | {peer} | {row['ours']['peak_mb']:.0f} | "
-                      f"{row['reference']['peak_mb']:.0f} |", flush=True)
+                peer = f"{row['allrank']['ms']:.2f} | {row['allrank']['ms'] / ours_ms:.1f}x" if allrank else "- | -"
+                print(
+                    f"| {device} | {loss} | [{batch}, {length}] | {ours_ms:.2f} | {row['reference']['ms']:.2f} | "
+                    f"{row['reference']['ms'] / ours_ms:.1f}x | {peer} | {row['ours']['peak_mb']:.0f} | "
+                    f"{row['reference']['peak_mb']:.0f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -91,13 +91,13 @@ class _LambdaRankSums(torch.autograd.Function):
     """Per-query lambda-weighted cost ``[B]`` whose gradient w.r.t. scores is ``-lambdas``."""
 
     @staticmethod
-    def forward(ctx, scores, labels, mask, sigma, k, gain):  # noqa: D102
+    def forward(ctx, scores, labels, mask, sigma, k, gain):
         lambda_values, cost = _lambda_sums(scores, labels, mask, sigma=sigma, k=k, gain=gain)
         ctx.save_for_backward(lambda_values)
         return cost
 
     @staticmethod
-    def backward(ctx, grad_cost):  # noqa: D102
+    def backward(ctx, grad_cost):
         (lambda_values,) = ctx.saved_tensors
         return -lambda_values * grad_cost[:, None], None, None, None, None, None
 

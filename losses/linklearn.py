@@ -8,9 +8,7 @@ from torch import Tensor
 from losses._common import Reduction, compute_dtype, reduce
 
 
-def linklearn_hinge(
-    sim_pos: Tensor, sim_neg: Tensor, *, margin: float = 1.0, reduction: Reduction = "mean"
-) -> Tensor:
+def linklearn_hinge(sim_pos: Tensor, sim_neg: Tensor, *, margin: float = 1.0, reduction: Reduction = "mean") -> Tensor:
     """``|margin - sim(d, l+) + sim(d, l-)|_+`` for each (d, l+, l-) triple.
 
     Args: sim_pos, sim_neg ``[N]`` similarities of d to a linked and to a non-linked document;

@@ -26,9 +26,7 @@ def margin_pair_cost(x: Tensor, delta: float) -> Tensor:
     return torch.where(x < 0, -x, torch.where(x <= delta, inside, torch.full_like(x, -0.5 * delta**2)))
 
 
-def margin_lambdas(
-    scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, delta: float = 1.0
-) -> Tensor:
+def margin_lambdas(scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, delta: float = 1.0) -> Tensor:
     """Margin lambdas summed over pairs: ``lambda_i = sum_{l_i > l_j} lam(x_ij) - sum_{l_j > l_i} lam(x_ji)``.
 
     ``lam`` is eqs. 4-6 with ``x_ij = s_i - s_j``. Differentiable, so its Jacobian (eq. 11) can be

@@ -37,7 +37,7 @@ class _RankNetSums(torch.autograd.Function):
     """Per-query sums of pair losses ``[B]`` and pair counts; gradient computed in the forward."""
 
     @staticmethod
-    def forward(ctx, scores, labels, mask, targets, sigma):  # noqa: D102
+    def forward(ctx, scores, labels, mask, targets, sigma):
         batch, length = scores.shape
         loss = scores.new_zeros(batch)
         count = scores.new_zeros(batch)
@@ -54,7 +54,7 @@ class _RankNetSums(torch.autograd.Function):
         return loss, count
 
     @staticmethod
-    def backward(ctx, grad_loss, _grad_count):  # noqa: D102
+    def backward(ctx, grad_loss, _grad_count):
         (grad,) = ctx.saved_tensors
         return grad * grad_loss[:, None], None, None, None, None
 

@@ -198,9 +198,7 @@ def reciprocal_rank(
     return _with_empty(_row_max(hits / ranks), n_relevant > 0, empty)
 
 
-def precision(
-    scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, k: int, empty: float = 0.0
-) -> Tensor:
+def precision(scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, k: int, empty: float = 0.0) -> Tensor:
     """Precision at ``k``: relevant documents in the top ``k`` divided by ``k`` (trec_eval ``P_k``).
 
     Args: ``[B, L]`` tensors. Returns ``[B]``; ``empty`` where the list has no relevant document.
@@ -236,9 +234,7 @@ def _pairs(labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return (gap > 0) & pair_mask, gap
 
 
-def pairwise_error(
-    scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, empty: float = 0.0
-) -> Tensor:
+def pairwise_error(scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, empty: float = 0.0) -> Tensor:
     """Fraction of pairs with different labels that the ranking puts in the wrong order.
 
     The ranking is the one every metric here uses (ties broken by list position), so a tie counts

@@ -27,13 +27,11 @@ class RankingMetric(Metric):
     """
 
     full_state_update = False
-    higher_is_better = True
 
-    def __init__(self, fn: QueryMetric, *, higher_is_better: bool = True, **options: Any) -> None:
+    def __init__(self, fn: QueryMetric, **options: Any) -> None:
         super().__init__()
         self.fn = fn
         self.options = options
-        self.higher_is_better = higher_is_better
         self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 

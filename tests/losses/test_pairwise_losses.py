@@ -32,7 +32,8 @@ def slow_lambdas(scores, labels, mask, *, sigma, k):
         idx = [i for i in range(scores.shape[1]) if mask[b, i]]
         ranking = sorted(idx, key=lambda i: (-float(scores[b, i]), i))
         ideal_labels = sorted((float(labels[b, i]) for i in idx), reverse=True)
-        ideal = sum((2**r - 1) / math.log2(p + 2) for p, r in enumerate(ideal_labels if k is None else ideal_labels[:k]))
+        top_labels = ideal_labels if k is None else ideal_labels[:k]
+        ideal = sum((2**r - 1) / math.log2(p + 2) for p, r in enumerate(top_labels))
         if ideal == 0:
             continue
         base = slow_ndcg_at_k([float(labels[b, i]) for i in ranking], k, ideal)
@@ -121,9 +122,11 @@ def test_ranknet_matches_slow_reference(sigma):
     total, count = slow_ranknet(scores, labels, mask, sigma)
     assert ranknet_loss(scores, labels, mask, sigma=sigma, reduction="sum").item() == pytest.approx(total, rel=1e-10)
     assert ranknet_loss(scores, labels, mask, sigma=sigma).item() == pytest.approx(total / count, rel=1e-10)
-    targets = torch.rand(*scores.shape, scores.shape[1], generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    g = torch.Generator().manual_seed(4)
+    targets = torch.rand(*scores.shape, scores.shape[1], generator=g, dtype=torch.float64)
     total, count = slow_ranknet(scores, labels, mask, sigma, targets)
-    assert ranknet_loss(scores, labels, mask, sigma=sigma, targets=targets, reduction="sum").item() == pytest.approx(total, rel=1e-10)
+    soft = ranknet_loss(scores, labels, mask, sigma=sigma, targets=targets, reduction="sum")
+    assert soft.item() == pytest.approx(total, rel=1e-10)
 
 
 def test_ranknet_gradcheck_hard_and_soft():
@@ -167,7 +170,7 @@ LOSSES = {
 @pytest.mark.parametrize("name", LOSSES)
 def test_padding_never_changes_value_or_gets_gradient(name):
     fn = LOSSES[name]
-    scores, labels, mask = batch(7, dtype=torch.float32)
+    scores, labels, _mask = batch(7, dtype=torch.float32)
     real_scores = scores[2:3, :5].clone().requires_grad_(True)
     padded = torch.cat([real_scores, torch.tensor([[9.0, -9.0]])], 1).detach().requires_grad_(True)
     padded_labels = torch.cat([labels[2:3, :5], torch.tensor([[4.0, 4.0]])], 1)
@@ -235,7 +238,8 @@ def test_margin_two_documents_follow_eqs_4_to_9():
 
 def test_margin_jacobian_is_symmetric_eq_11():
     labels = torch.tensor([[3.0, 0, 1, 2, 0, 1, 3, 2]], dtype=torch.float64)
-    scores = torch.linspace(-1, 1, 8, dtype=torch.float64)[torch.randperm(8, generator=torch.Generator().manual_seed(0))][None] * 0.6
+    order = torch.randperm(8, generator=torch.Generator().manual_seed(0))
+    scores = torch.linspace(-1, 1, 8, dtype=torch.float64)[order][None] * 0.6
     jac = torch.autograd.functional.jacobian(lambda s: margin_lambdas(s, labels, delta=1.0)[0], scores)[:, 0, :]
     assert jac.abs().sum() > 0  # some pairs are inside the margin, so the test has teeth
     torch.testing.assert_close(jac, jac.T)

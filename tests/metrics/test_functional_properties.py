@@ -30,7 +30,8 @@ def lists(draw, min_size: int = 0):
     labels = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
     # distinct scores, so a permutation of the list cannot change the ranking through ties
     scores = draw(st.lists(st.integers(-1000, 1000), min_size=n, max_size=n, unique=True))
-    return torch.tensor(scores, dtype=torch.float32).reshape(1, n) / 7, torch.tensor(labels, dtype=torch.float32).reshape(1, n)
+    scores_tensor = torch.tensor(scores, dtype=torch.float32).reshape(1, n) / 7
+    return scores_tensor, torch.tensor(labels, dtype=torch.float32).reshape(1, n)
 
 
 @settings(max_examples=60, deadline=None)

@@ -76,13 +76,17 @@ def test_against_torchmetrics_retrieval():
         # positive scores keeps the ranking and makes every document retrieved, as in our metrics.
         s = s.sigmoid()
         assert F.average_precision(s[None], y[None]).item() == pytest.approx(
-            tmf.retrieval_average_precision(s, binary).item(), abs=1e-6)
+            tmf.retrieval_average_precision(s, binary).item(), abs=1e-6
+        )
         assert F.reciprocal_rank(s[None], y[None]).item() == pytest.approx(
-            tmf.retrieval_reciprocal_rank(s, binary).item(), abs=1e-6)
+            tmf.retrieval_reciprocal_rank(s, binary).item(), abs=1e-6
+        )
         assert F.precision(s[None], y[None], k=4).item() == pytest.approx(
-            tmf.retrieval_precision(s, binary, top_k=4).item(), abs=1e-6)
+            tmf.retrieval_precision(s, binary, top_k=4).item(), abs=1e-6
+        )
         assert F.ndcg(s[None], y[None], k=5, gain="linear").item() == pytest.approx(
-            tmf.retrieval_normalized_dcg(s, y.long(), top_k=5).item(), abs=1e-6)
+            tmf.retrieval_normalized_dcg(s, y.long(), top_k=5).item(), abs=1e-6
+        )
 
 
 def test_ndcg_exp2_by_hand():
@@ -149,8 +153,15 @@ def test_empty_convention_and_no_nan():
     labels = torch.zeros(3, 5)
     mask = torch.ones(3, 5, dtype=torch.bool)
     mask[2] = False
-    for fn in (F.ndcg, F.average_precision, F.reciprocal_rank, F.r_precision, F.winner_takes_all,
-               F.pairwise_error, F.kpartite_error):
+    for fn in (
+        F.ndcg,
+        F.average_precision,
+        F.reciprocal_rank,
+        F.r_precision,
+        F.winner_takes_all,
+        F.pairwise_error,
+        F.kpartite_error,
+    ):
         assert torch.equal(fn(scores, labels, mask), torch.zeros(3)), fn.__name__
         assert torch.equal(fn(scores, labels, mask, empty=1.0), torch.ones(3)), fn.__name__
     assert torch.equal(F.precision(scores, labels, mask, k=3), torch.zeros(3))

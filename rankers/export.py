@@ -1,0 +1,70 @@
+"""Export a trained scorer so it runs without this framework: TorchScript and ONNX.
+
+Both take the raw features of one query's documents exactly as in the input file,
+``float32 [L, F]``, and return ``[L]`` scores. The feature normalization is inside.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from datamodules.normalization import FeatureNormalizer
+
+log = logging.getLogger(__name__)
+
+
+class QueryScorer(nn.Module):
+    """Raw features of one query ``[L, F]`` -> scores ``[L]``."""
+
+    def __init__(self, normalizer: FeatureNormalizer, scorer: nn.Module) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.scorer = scorer
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.scorer(self.normalizer(features.unsqueeze(0), None)).squeeze(0)
+
+
+def export_scorer(
+    normalizer: FeatureNormalizer, scorer: nn.Module, out_dir: str | Path, n_features: int
+) -> dict[str, str]:
+    """Write ``scorer.pt`` (TorchScript), ``scorer.onnx`` and ``meta.json`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    module = copy.deepcopy(QueryScorer(normalizer, scorer)).cpu().eval()
+    example = torch.randn(7, n_features)
+    paths = {"torchscript": str(out / "scorer.pt"), "onnx": str(out / "scorer.onnx"), "meta": str(out / "meta.json")}
+    with torch.no_grad():
+        torch.jit.save(torch.jit.script(module), paths["torchscript"])
+        _export_onnx(module, example, paths["onnx"])
+    meta = {
+        "n_features": n_features,
+        "normalization": normalizer.kind,
+        "input": "float32 [L, F] raw features",
+        "output": "float32 [L] scores",
+    }
+    Path(paths["meta"]).write_text(json.dumps(meta, indent=1))
+    return paths
+
+
+def _export_onnx(module: nn.Module, example: Tensor, path: str) -> None:
+    for name in ("onnx_ir", "onnxscript", "torch.onnx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    documents = torch.export.Dim("documents", min=1, max=1 << 20)
+    torch.onnx.export(
+        module,
+        (example,),
+        path,
+        input_names=["features"],
+        output_names=["scores"],
+        dynamic_shapes={"features": {0: documents}},
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )

@@ -1,0 +1,109 @@
+"""What ``train.py`` does, as a function the tests can call: fit, evaluate, write results, export."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from metrics import ranking_metrics
+from rankers.export import export_scorer
+
+log = logging.getLogger(__name__)
+
+RESULT_KEYS = {"ndcg@1": "ndcg@1", "ndcg@5": "ndcg@5", "ndcg@10": "ndcg@10", "map": "map", "mrr": "mrr"}
+
+
+def _instantiate_group(group: DictConfig | None) -> list[Any]:
+    return [instantiate(item) for item in (group or {}).values() if item is not None and "_target_" in item]
+
+
+def _flat_hparams(cfg: DictConfig) -> dict[str, Any]:
+    """The whole resolved config as ``a/b/c: value`` for TensorBoard's hparams tab."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}/")
+        else:
+            flat[prefix.rstrip("/")] = node if isinstance(node, int | float | str | bool) else str(node)
+
+    # `hydra` is present only in composed (test) configs; its sweep keys do not resolve in a single run
+    walk(
+        {
+            key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+            for key in cfg
+            if key != "hydra"
+        },
+        "",
+    )
+    return flat
+
+
+def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, float]:
+    merged = {key: value for result in results for key, value in result.items()}
+    return {name: float(merged[f"{stage}/{key}"]) for name, key in RESULT_KEYS.items() if f"{stage}/{key}" in merged}
+
+
+def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
+    """Test metrics of uniformly random scores: the floor a trained ranker must clear."""
+    metrics = ranking_metrics()
+    generator = torch.Generator().manual_seed(seed)
+    for batch in datamodule.test_dataloader():
+        scores = torch.rand(batch["mask"].shape, generator=generator)
+        for metric in metrics.values():
+            metric.update(scores, batch["labels"].cpu(), batch["mask"].cpu())
+    return {name: float(metric.compute()) for name, metric in metrics.items() if name in RESULT_KEYS}
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
+    pl.seed_everything(cfg.seed, workers=True)
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model = instantiate(cfg.model, n_features=datamodule.num_features, normalizer=datamodule.build_normalizer())
+    loggers = _instantiate_group(cfg.get("logger"))
+    callbacks = _instantiate_group(cfg.get("callbacks"))
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for logger in loggers:
+        logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
+
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    fit_seconds = time.perf_counter() - start
+
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    ckpt = best or None
+    results: dict[str, Any] = {
+        "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val"),
+        "fit_seconds": fit_seconds,
+        "epochs": trainer.current_epoch,
+        "best_checkpoint": best,
+        "seed": cfg.seed,
+        "data": datamodule.statistics,
+        "conventions": {"gain": model.hparams.gain, "empty": model.hparams.empty, "ties": "list position"},
+    }
+    if cfg.get("test", True):
+        results["test"] = _stage_metrics(
+            trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "test"
+        )
+        results["test_random_scores"] = random_baseline(datamodule, cfg.seed)
+    if cfg.get("export", True) and trainer.is_global_zero:
+        # trainer.validate/test with ckpt_path loaded the best weights into `model`
+        results["export"] = export_scorer(model.normalizer, model.scorer, out / "export", datamodule.num_features)
+    if trainer.is_global_zero:
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
+    return results
