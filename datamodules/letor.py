@@ -93,6 +93,11 @@ class LetorDataModule(pl.LightningDataModule):
         for split, path in self.paths.items():
             if path is not None:
                 self.splits[split] = read_letor(path, zero_based=self.zero_based, cache_dir=self.cache_dir)
+        self.use_splits(self.splits)
+
+    def use_splits(self, splits: dict[str, LetorData]) -> None:
+        """Adopt in-memory splits (``setup`` passes what it read; benchmarks pass generated data)."""
+        self.splits = dict(splits)
         if "val" not in self.splits:
             self._hold_out_validation()
         width = self.num_features_option or max(data.num_features for data in self.splits.values())

@@ -1,0 +1,243 @@
+"""Online ordinal rankers as one batched tensor: PRank, OAP-BPM, OAP-Bagg, OAP-VP, PRank-VP, Widrow-Hoff.
+
+Crammer & Singer (NIPS 2001) "Pranking with Ranking" and Harrington (ICML 2003) "Online
+Ranking/Collaborative Filtering using the Perceptron Algorithm". R independent runs of N
+perceptrons are held as ``weights [R, N, d]`` and ``thresholds [R, N, k-1]``; one example of each
+run's stream is processed per step by a handful of tensor ops over all R*N perceptrons.
+
+Ranks are 0-based here: ``y in {0..k-1}`` is the paper's rank ``y + 1``. Threshold ``r`` (0-based)
+is the paper's ``c(r + 1)``; ``c(k) = +inf`` is implicit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Combine = Literal["bpm", "bagg", "vp", "voted", "each"]
+
+# Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
+CHUNK = 2048
+
+
+def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
+    """``min {r : score - c(r) < 0}`` (0-based), i.e. the number of leading thresholds <= score.
+
+    ``scores [...]``, ``thresholds [..., k-1]`` -> ``[...]`` long. Counting leading entries (rather
+    than all entries) keeps the paper's ``min`` exact even if thresholds were out of order.
+    """
+    at_or_above = scores.unsqueeze(-1) - thresholds >= 0
+    return at_or_above.long().cumprod(-1).sum(-1)
+
+
+class PRankEnsemble:
+    """R runs x N PRank perceptrons updated online (Algorithm 1 under Algorithm 2's sampling).
+
+    Args:
+        n_features: ``d``.
+        n_ranks: ``k``; labels are ``0..k-1``.
+        n_perceptrons: ``N``; PRank is ``n_perceptrons=1, tau=1.0``.
+        tau: Bernoulli probability of presenting an example to a perceptron (one value, or one per run).
+        n_runs: ``R`` independent runs (each with its own stream in ``partial_fit``).
+        seed: seeds the Bernoulli draws.
+        device: where the state lives.
+        keep_history: store every hypothesis with its survival count, for the voted perceptron
+            (``combine="voted"``, PRank-VP); memory ``R * N * (updates + 1) * (d + k - 1)``.
+
+    State: ``weights [R, N, d]``, ``thresholds [R, N, k-1]`` (float32, start at 0), ``correct [R, N]``
+    (correct predictions on presented examples, OAP-VP's votes), ``presented [R, N]``, ``mistakes [R, N]``.
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        n_ranks: int,
+        *,
+        n_perceptrons: int = 1,
+        tau: float | Sequence[float] = 1.0,
+        n_runs: int = 1,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        keep_history: bool = False,
+    ) -> None:
+        if n_ranks < 2:
+            raise ValueError(f"n_ranks must be >= 2, got {n_ranks}")
+        self.d, self.k, self.n, self.r = n_features, n_ranks, n_perceptrons, n_runs
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        tau_values = torch.as_tensor(tau, dtype=torch.float32, device=self.device).reshape(-1)
+        if tau_values.numel() not in (1, n_runs) or not ((tau_values > 0) & (tau_values <= 1)).all():
+            raise ValueError(f"tau must be in (0, 1], one value or one per run; got {tau}")
+        self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        zeros = dict(device=self.device, dtype=torch.float32)
+        self.weights = torch.zeros(n_runs, n_perceptrons, n_features, **zeros)
+        self.thresholds = torch.zeros(n_runs, n_perceptrons, n_ranks - 1, **zeros)
+        self.correct = torch.zeros(n_runs, n_perceptrons, **zeros)
+        self.presented = torch.zeros(n_runs, n_perceptrons, **zeros)
+        self.mistakes = torch.zeros(n_runs, n_perceptrons, **zeros)
+        self.rank_index = torch.arange(n_ranks - 1, device=self.device)
+        self.keep_history = keep_history
+        self.history: list[tuple[Tensor, Tensor, Tensor]] = []  # (weights, thresholds, survival) per update slot
+
+    # -- training -------------------------------------------------------------------------------
+    def partial_fit(self, features: Tensor, labels: Tensor) -> Tensor:
+        """Stream ``features [R, T, d]``, ``labels [R, T]`` (0-based ranks) in order, one example a step.
+
+        Returns the predictions made *before* each update, ``[R, N, T]`` long: the online
+        (mistake-driven) predictions whose rank loss is the paper's online average rank loss.
+        """
+        features = features.to(self.device, torch.float32)
+        labels = labels.to(self.device, torch.long)
+        if features.shape[:2] != labels.shape or features.shape[0] != self.r or features.shape[2] != self.d:
+            raise ValueError(
+                f"expected features [R={self.r}, T, d={self.d}] and labels [R, T], "
+                f"got {tuple(features.shape)} and {tuple(labels.shape)}"
+            )
+        if labels.numel() and (labels.min() < 0 or labels.max() >= self.k):
+            raise ValueError(f"labels must be in 0..{self.k - 1}")
+        steps = features.shape[1]
+        predictions = torch.empty(self.r, self.n, steps, dtype=torch.long, device=self.device)
+        for start in range(0, steps, CHUNK):
+            stop = min(steps, start + CHUNK)
+            presented = (
+                torch.rand(stop - start, self.r, self.n, generator=self.generator, device=self.device) < self.tau
+            )
+            # l(r) = -1 where y <= r, else +1 (Algorithm 1, line 4), for every step of the chunk
+            signs = torch.where(labels[:, start:stop, None] <= self.rank_index, -1.0, 1.0).transpose(0, 1)
+            x_chunk, y_chunk = features[:, start:stop].transpose(0, 1), labels[:, start:stop].transpose(0, 1)
+            for t in range(stop - start):
+                predictions[:, :, start + t] = self._step(x_chunk[t], y_chunk[t], signs[t], presented[t])
+        return predictions
+
+    def _step(self, x: Tensor, y: Tensor, signs: Tensor, presented: Tensor) -> Tensor:
+        """One round for all R*N perceptrons: ``x [R, d]``, ``y [R]``, ``signs [R, k-1]``, ``presented [R, N]``."""
+        score = torch.bmm(self.weights, x.unsqueeze(-1)).squeeze(-1)  # [R, N]
+        margins = score.unsqueeze(-1) - self.thresholds  # [R, N, k-1]
+        predicted = rank_of(score, self.thresholds)
+        mistake = (predicted != y.unsqueeze(-1)) & presented  # update only presented, mispredicted
+        signs = signs.unsqueeze(1)  # [R, 1, k-1]
+        # a(r) = l(r) where (w.x - c(r)) l(r) <= 0 (lines 6-8), for mistaken perceptrons only
+        step = signs * ((margins * signs <= 0) & mistake.unsqueeze(-1))
+        if self.keep_history:
+            self._record(mistake, presented & ~mistake)
+        self.weights.addcmul_(step.sum(-1, keepdim=True), x.unsqueeze(1))  # w += sum_r a(r) x
+        self.thresholds.sub_(step)  # c -= a
+        self.correct.add_(presented & ~mistake)
+        self.presented.add_(presented)
+        self.mistakes.add_(mistake)
+        return predicted
+
+    def _record(self, mistake: Tensor, correct: Tensor) -> None:
+        """Voted perceptron bookkeeping: the current hypothesis survives one more correct round;
+        on a mistake its (weights, thresholds, survival) is closed and a new one starts."""
+        if not self.history:
+            self._open = torch.zeros_like(self.correct)
+        self._open.add_(correct)
+        if mistake.any():
+            self.history.append((self.weights.clone(), self.thresholds.clone(), torch.where(mistake, self._open, 0.0)))
+            self._open = torch.where(mistake, torch.zeros_like(self._open), self._open)
+
+    # -- prediction -----------------------------------------------------------------------------
+    def scores(self, features: Tensor, combine: Combine = "bpm") -> Tensor:
+        """Real-valued ranking scores ``w . x`` ``[R, n]`` (averaged weights for ``bpm``)."""
+        features = features.to(self.device, torch.float32)
+        if combine == "bpm":
+            return torch.bmm(features, self.weights.mean(1).unsqueeze(-1)).squeeze(-1)
+        return torch.bmm(features, self.weights.transpose(1, 2)).mean(-1)
+
+    def predict(self, features: Tensor, combine: Combine = "bpm") -> Tensor:
+        """Ranks ``[R, n]`` long (0-based) of ``features [R, n, d]``.
+
+        * ``bpm``: OAP-BPM, the rank under the averaged weights and thresholds (Algorithm 2).
+        * ``bagg``: OAP-Bagg, the mean of the N predicted ranks, rounded to the nearest rank.
+        * ``vp``: OAP-VP, the mean of the N ranks weighted by each perceptron's count of correct
+          predictions, ``sum v_i h_i / sum v_i``, rounded (equal weights if no votes yet).
+        * ``voted``: the voted perceptron over the stored hypotheses of each perceptron (PRank-VP
+          for N = 1), needs ``keep_history=True``; averaged over the N perceptrons, rounded.
+        * ``each``: ``[R, N, n]``, every perceptron's own rank.
+        """
+        features = features.to(self.device, torch.float32)
+        if combine == "bpm":
+            score = torch.bmm(features, self.weights.mean(1).unsqueeze(-1)).squeeze(-1)
+            return rank_of(score, self.thresholds.mean(1).unsqueeze(1))
+        each = self._each(features, self.weights, self.thresholds)  # [R, N, n]
+        if combine == "each":
+            return each
+        if combine == "bagg":
+            return _round_rank(each.float().mean(1), self.k)
+        if combine == "vp":
+            votes = torch.where(self.correct.sum(1, keepdim=True) > 0, self.correct, torch.ones_like(self.correct))
+            return _round_rank((each.float() * votes.unsqueeze(-1)).sum(1) / votes.sum(1, keepdim=True), self.k)
+        if combine == "voted":
+            return self._voted(features)
+        raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
+
+    @staticmethod
+    def _each(features: Tensor, weights: Tensor, thresholds: Tensor) -> Tensor:
+        score = torch.bmm(weights, features.transpose(1, 2))  # [R, N, n]
+        return rank_of(score, thresholds.unsqueeze(2))
+
+    def _voted(self, features: Tensor) -> Tensor:
+        if not self.keep_history:
+            raise ValueError("combine='voted' needs keep_history=True")
+        open_votes = self._open if self.history else self.correct
+        hypotheses = [*self.history, (self.weights, self.thresholds, open_votes)]
+        total = torch.zeros(self.r, self.n, features.shape[1], device=self.device)
+        votes = torch.zeros(self.r, self.n, 1, device=self.device)
+        for weights, thresholds, survival in hypotheses:
+            total += self._each(features, weights, thresholds).float() * survival.unsqueeze(-1)
+            votes += survival.unsqueeze(-1)
+        mean = torch.where(
+            votes > 0, total / votes.clamp_min(1e-12), self._each(features, self.weights, self.thresholds).float()
+        )
+        return _round_rank(mean.mean(1), self.k)
+
+
+def _round_rank(value: Tensor, k: int) -> Tensor:
+    """Nearest rank in ``0..k-1`` (halves round up)."""
+    return torch.floor(value + 0.5).clamp(0, k - 1).long()
+
+
+class WidrowHoff:
+    """Online least-squares regression (Widrow & Hoff 1960) on the rank, rounded: the paper's baseline.
+
+    ``w += eta (y - w.x) x`` per example, for R runs x E learning rates at once
+    (``weights [R, E, d]``). ``predict`` rounds ``w . x`` to the nearest rank in ``0..k-1``.
+    Include a constant feature for a bias (the degree-2 kernel map does).
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        n_ranks: int,
+        *,
+        eta: float | Sequence[float] = 0.1,
+        n_runs: int = 1,
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.k = n_ranks
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.eta = torch.as_tensor(eta, dtype=torch.float32, device=self.device).reshape(1, -1)
+        self.weights = torch.zeros(n_runs, self.eta.shape[1], n_features, device=self.device)
+
+    def partial_fit(self, features: Tensor, labels: Tensor) -> Tensor:
+        """Stream ``features [R, T, d]``, ``labels [R, T]``; returns predictions before each update ``[R, E, T]``."""
+        features = features.to(self.device, torch.float32)
+        targets = labels.to(self.device, torch.float32)
+        predictions = torch.empty(*self.weights.shape[:2], features.shape[1], dtype=torch.long, device=self.device)
+        for t in range(features.shape[1]):
+            x = features[:, t].unsqueeze(1)  # [R, 1, d]
+            estimate = (self.weights * x).sum(-1)  # [R, E]
+            predictions[:, :, t] = _round_rank(estimate, self.k)
+            self.weights.addcmul_((self.eta * (targets[:, t, None] - estimate)).unsqueeze(-1), x)
+        return predictions
+
+    def scores(self, features: Tensor) -> Tensor:
+        return torch.bmm(self.weights, features.to(self.device, torch.float32).transpose(1, 2))  # [R, E, n]
+
+    def predict(self, features: Tensor) -> Tensor:
+        """Ranks ``[R, E, n]`` for ``features [R, n, d]``."""
+        return _round_rank(self.scores(features), self.k)

@@ -1,0 +1,165 @@
+"""PRank / OAP against a scalar Algorithm 1, threshold order, combiners, Widrow-Hoff."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rankers.perceptron import PRankEnsemble, WidrowHoff, rank_of
+
+
+def scalar_prank(xs, ys, k):
+    """Algorithm 1 exactly as printed, 1-based ranks, plain Python floats; yields (prediction, w, c)."""
+    w = [0.0] * len(xs[0])
+    c = [0.0] * (k - 1)
+    for x, y in zip(xs, ys, strict=True):
+        score = sum(wi * xi for wi, xi in zip(w, x, strict=True))
+        thresholds = [*c, math.inf]
+        y_hat = min(r for r in range(1, k + 1) if score - thresholds[r - 1] < 0)
+        if y_hat != y:
+            labels = [-1 if y <= r else 1 for r in range(1, k)]
+            a = [lab if (score - c[r - 1]) * lab <= 0 else 0 for r, lab in zip(range(1, k), labels, strict=True)]
+            w = [wi + sum(a) * xi for wi, xi in zip(w, x, strict=True)]
+            c = [cr - ar for cr, ar in zip(c, a, strict=True)]
+        yield y_hat, list(w), list(c)
+
+
+def stream(seed, runs, steps, d, k):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, (runs, steps, d), generator=g).float() / 2  # exact in float32
+    y = torch.randint(0, k, (runs, steps), generator=g)
+    return x, y
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_single_perceptron_is_algorithm_1_example_by_example(k):
+    x, y = stream(k, runs=3, steps=300, d=4, k=k)
+    model = PRankEnsemble(4, k, n_runs=3)
+    for t in range(x.shape[1]):
+        predicted = model.partial_fit(x[:, t : t + 1], y[:, t : t + 1])[:, 0, 0]
+        for run in range(3):
+            expected = list(scalar_prank(x[run, : t + 1].tolist(), (y[run, : t + 1] + 1).tolist(), k))[-1]
+            assert predicted[run].item() + 1 == expected[0]
+            assert model.weights[run, 0].tolist() == expected[1]
+            assert model.thresholds[run, 0].tolist() == expected[2]
+
+
+def test_whole_stream_matches_algorithm_1():
+    x, y = stream(9, runs=2, steps=2000, d=3, k=5)
+    model = PRankEnsemble(3, 5, n_runs=2)
+    predictions = model.partial_fit(x, y)
+    for run in range(2):
+        reference = list(scalar_prank(x[run].tolist(), (y[run] + 1).tolist(), 5))
+        assert [p + 1 for p in predictions[run, 0].tolist()] == [r[0] for r in reference]
+        assert model.weights[run, 0].tolist() == reference[-1][1]
+
+
+@pytest.mark.parametrize("tau", [0.3, 1.0])
+def test_threshold_order_is_preserved_after_every_update(tau):
+    x, y = stream(1, runs=4, steps=500, d=5, k=6)
+    x = x + torch.randn(x.shape, generator=torch.Generator().manual_seed(2))  # non-integer data too
+    model = PRankEnsemble(5, 6, n_perceptrons=7, tau=tau, n_runs=4, seed=3)
+    for t in range(x.shape[1]):
+        model.partial_fit(x[:, t : t + 1], y[:, t : t + 1])
+        assert (model.thresholds.diff(dim=-1) >= 0).all(), f"order broken at step {t}"
+    assert model.mistakes.sum() > 0
+
+
+def test_bernoulli_presentation_rate_and_independence():
+    x, y = stream(4, runs=3, steps=4000, d=2, k=3)
+    model = PRankEnsemble(2, 3, n_perceptrons=50, tau=[0.3, 0.6, 0.9], n_runs=3, seed=0)
+    model.partial_fit(x, y)
+    rate = model.presented.mean(1) / 4000
+    torch.testing.assert_close(rate, torch.tensor([0.3, 0.6, 0.9]), atol=0.01, rtol=0)
+    assert model.weights[0].std(0).sum() > 0  # perceptrons saw different sub-streams
+
+
+def test_tau_one_perceptrons_are_identical_prank():
+    x, y = stream(5, runs=2, steps=800, d=3, k=4)
+    ensemble = PRankEnsemble(3, 4, n_perceptrons=5, tau=1.0, n_runs=2)
+    single = PRankEnsemble(3, 4, n_runs=2)
+    ensemble.partial_fit(x, y)
+    single.partial_fit(x, y)
+    assert torch.equal(ensemble.weights, single.weights.expand_as(ensemble.weights))
+    test_x = x[:, :50]
+    for combine in ("bpm", "bagg", "vp"):
+        assert torch.equal(ensemble.predict(test_x, combine), single.predict(test_x, "bpm"))
+
+
+def test_combiners_by_hand():
+    model = PRankEnsemble(1, 3, n_perceptrons=2, n_runs=1)
+    model.weights[:] = torch.tensor([[[1.0], [3.0]]])
+    model.thresholds[:] = torch.tensor([[[0.5, 1.5], [1.0, 2.0]]])
+    model.correct[:] = torch.tensor([[1.0, 3.0]])
+    x = torch.tensor([[[1.0]]])
+    # each: p1 score 1 -> rank 1 (0.5 <= 1 < 1.5); p2 score 3 -> rank 2
+    assert model.predict(x, "each").tolist() == [[[1], [2]]]
+    # bpm: w = 2, c = (0.75, 1.75) -> rank 2
+    assert model.predict(x, "bpm").tolist() == [[2]]
+    assert model.predict(x, "bagg").tolist() == [[2]]  # (1 + 2) / 2 = 1.5 rounds up
+    assert model.predict(x, "vp").tolist() == [[2]]  # (1*1 + 3*2) / 4 = 1.75
+    model.correct[:] = torch.tensor([[3.0, 1.0]])
+    assert model.predict(x, "vp").tolist() == [[1]]  # (3*1 + 1*2) / 4 = 1.25
+
+
+def test_rank_of_is_min_over_thresholds():
+    thresholds = torch.tensor([[-1.0, 0.0, 2.0]])
+    scores = torch.tensor([-5.0, -1.0, -0.5, 0.0, 1.9, 2.0, 9.0])
+    assert rank_of(scores[:, None], thresholds).squeeze(-1).tolist() == [0, 1, 1, 2, 2, 3, 3]
+
+
+def scalar_voted_prank(xs, ys, k, test_xs):
+    """Freund & Schapire's voted perceptron over Algorithm 1's hypotheses, 1-based ranks."""
+    w, c, survival, hypotheses = [0.0] * len(xs[0]), [0.0] * (k - 1), 0, []
+
+    def rank(w, c, x):
+        score = sum(wi * xi for wi, xi in zip(w, x, strict=True))
+        return min(r for r in range(1, k + 1) if score - [*c, math.inf][r - 1] < 0)
+
+    for x, y in zip(xs, ys, strict=True):
+        if rank(w, c, x) == y:
+            survival += 1
+            continue
+        hypotheses.append((w, c, survival))
+        score = sum(wi * xi for wi, xi in zip(w, x, strict=True))
+        a = [lab if (score - c[r - 1]) * lab <= 0 else 0 for r, lab in ((r, -1 if y <= r else 1) for r in range(1, k))]
+        w = [wi + sum(a) * xi for wi, xi in zip(w, x, strict=True)]
+        c = [cr - ar for cr, ar in zip(c, a, strict=True)]
+        survival = 0
+    hypotheses.append((w, c, survival))
+    total = sum(v for _, _, v in hypotheses)
+    return [math.floor(sum(v * rank(hw, hc, x) for hw, hc, v in hypotheses) / total + 0.5) for x in test_xs]
+
+
+def test_voted_prank_weights_hypotheses_by_survival():
+    x, y = stream(6, runs=2, steps=600, d=3, k=3)
+    model = PRankEnsemble(3, 3, n_runs=2, keep_history=True)
+    model.partial_fit(x, y)
+    test_x = x[:, :40]
+    voted = model.predict(test_x, "voted")
+    for run in range(2):
+        expected = scalar_voted_prank(x[run].tolist(), (y[run] + 1).tolist(), 3, test_x[run].tolist())
+        assert [v + 1 for v in voted[run].tolist()] == expected
+
+
+def test_widrow_hoff_converges_on_a_linear_target():
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(2, 3000, 2, generator=g), torch.ones(2, 3000, 1)], -1)
+    y = torch.round(x[..., 0] * 2 + x[..., 1] * 2).long().clamp(0, 4)
+    model = WidrowHoff(3, 5, eta=[0.2, 0.05], n_runs=2)
+    online = model.partial_fit(x, y)
+    late_loss = (online[..., -1000:] - y[:, None, -1000:]).abs().float().mean()
+    assert late_loss < 0.3
+    assert model.predict(x[:, :10]).shape == (2, 2, 10)
+
+
+def test_rejects_bad_input():
+    model = PRankEnsemble(2, 3, n_runs=2)
+    with pytest.raises(ValueError):
+        model.partial_fit(torch.zeros(2, 5, 3), torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError):
+        model.partial_fit(torch.zeros(2, 5, 2), torch.full((2, 5), 3))
+    with pytest.raises(ValueError):
+        PRankEnsemble(2, 3, tau=0.0)
