@@ -82,12 +82,31 @@ class PRankEnsemble:
         self.keep_history = keep_history
         self.history: list[tuple[Tensor, Tensor, Tensor]] = []  # (weights, thresholds, survival) per update slot
 
+    def to(self, device: str | torch.device) -> PRankEnsemble:
+        """Move the state (and the Bernoulli generator, reseeded from its state) to ``device``."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        for name, value in list(vars(self).items()):
+            if isinstance(value, Tensor):
+                setattr(self, name, value.to(device))
+        state = self.generator.get_state()
+        self.generator = torch.Generator(device=device)
+        if device.type == "cpu":
+            self.generator.set_state(state)
+        else:  # CUDA generators take a seed, not a CPU state
+            self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_(generator=_cpu(state))))
+        self.history = [tuple(t.to(device) for t in entry) for entry in self.history]
+        self.device = device
+        return self
+
     # -- training -------------------------------------------------------------------------------
-    def partial_fit(self, features: Tensor, labels: Tensor) -> Tensor:
+    def partial_fit(self, features: Tensor, labels: Tensor, *, combine: Combine | None = None) -> Tensor:
         """Stream ``features [R, T, d]``, ``labels [R, T]`` (0-based ranks) in order, one example a step.
 
-        Returns the predictions made *before* each update, ``[R, N, T]`` long: the online
-        (mistake-driven) predictions whose rank loss is the paper's online average rank loss.
+        Returns the predictions made *before* each update: ``[R, N, T]`` long for every perceptron,
+        or with ``combine`` (``bpm``, ``bagg``, ``vp``) ``[R, T]``, the combined rule's prediction at
+        that round. Their rank loss is the paper's online average rank loss (Figure 2).
         """
         features = features.to(self.device, torch.float32)
         labels = labels.to(self.device, torch.long)
@@ -100,6 +119,7 @@ class PRankEnsemble:
             raise ValueError(f"labels must be in 0..{self.k - 1}")
         steps = features.shape[1]
         predictions = torch.empty(self.r, self.n, steps, dtype=torch.long, device=self.device)
+        combined = torch.empty(self.r, steps, dtype=torch.long, device=self.device) if combine else None
         for start in range(0, steps, CHUNK):
             stop = min(steps, start + CHUNK)
             presented = (
@@ -109,8 +129,14 @@ class PRankEnsemble:
             signs = torch.where(labels[:, start:stop, None] <= self.rank_index, -1.0, 1.0).transpose(0, 1)
             x_chunk, y_chunk = features[:, start:stop].transpose(0, 1), labels[:, start:stop].transpose(0, 1)
             for t in range(stop - start):
+                if combined is not None:
+                    combined[:, start + t] = self._combined_now(x_chunk[t], combine)
                 predictions[:, :, start + t] = self._step(x_chunk[t], y_chunk[t], signs[t], presented[t])
-        return predictions
+        return predictions if combined is None else combined
+
+    def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
+        """The combined rule's rank of ``x [R, d]`` under the current state, ``[R]``."""
+        return self.predict(x.unsqueeze(1), combine).squeeze(1)
 
     def _step(self, x: Tensor, y: Tensor, signs: Tensor, presented: Tensor) -> Tensor:
         """One round for all R*N perceptrons: ``x [R, d]``, ``y [R]``, ``signs [R, k-1]``, ``presented [R, N]``."""
@@ -196,6 +222,12 @@ class PRankEnsemble:
         return _round_rank(mean.mean(1), self.k)
 
 
+def _cpu(state: Tensor) -> torch.Generator:
+    generator = torch.Generator()
+    generator.set_state(state)
+    return generator
+
+
 def _round_rank(value: Tensor, k: int) -> Tensor:
     """Nearest rank in ``0..k-1`` (halves round up)."""
     return torch.floor(value + 0.5).clamp(0, k - 1).long()
@@ -222,6 +254,11 @@ class WidrowHoff:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.eta = torch.as_tensor(eta, dtype=torch.float32, device=self.device).reshape(1, -1)
         self.weights = torch.zeros(n_runs, self.eta.shape[1], n_features, device=self.device)
+
+    def to(self, device: str | torch.device) -> WidrowHoff:
+        self.device = torch.device(device)
+        self.eta, self.weights = self.eta.to(self.device), self.weights.to(self.device)
+        return self
 
     def partial_fit(self, features: Tensor, labels: Tensor) -> Tensor:
         """Stream ``features [R, T, d]``, ``labels [R, T]``; returns predictions before each update ``[R, E, T]``."""
