@@ -1,16 +1,16 @@
 """Train a ranker: ``python train.py model=lambdarank`` (see conf/ for every option)."""
 
 import hydra
+from hydra.utils import get_method
 from omegaconf import DictConfig
-
-from rankers.pipeline import train
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    results = train(cfg)
+    results = get_method(cfg.entry)(cfg)  # rankers.pipeline.train unless an experiment says otherwise
     # a value for Hydra sweepers to optimize
-    return results.get("val", {}).get("ndcg@10")
+    val = results.get("val", {}) if isinstance(results, dict) else {}
+    return val.get("ndcg@10", val.get("rank_loss"))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class LetorDataModule(pl.LightningDataModule):
         bucket_by_length: group training queries of similar length into batches (less padding).
         device_resident: keep each split on the training device and build batches by indexing.
         cache_dir: where parsed files are cached (``None``: no cache).
+        n_ranks: number of grades, for the ordinal rankers (PRank, OAP) trained on this data.
     """
 
     def __init__(
@@ -68,11 +69,13 @@ class LetorDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         cache_dir: str | None = None,
         seed: int = 0,
+        n_ranks: int = 5,
     ) -> None:
         super().__init__()
         if normalization not in KINDS:
             raise ValueError(f"normalization must be one of {KINDS}, got {normalization!r}")
         self.paths = {"train": train, "val": val, "test": test}
+        self.n_ranks = n_ranks  # for ordinal rankers, which read the labels as ranks 0..n_ranks-1
         self.num_features_option, self.zero_based = num_features, zero_based
         self.normalization, self.batch_size = normalization, batch_size
         self.eval_batch_size = eval_batch_size or batch_size

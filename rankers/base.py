@@ -43,6 +43,7 @@ class RankerModule(pl.LightningModule):
         gain: str = "exp2",
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
+        monitor_mode: str = "max",
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only

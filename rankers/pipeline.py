@@ -18,7 +18,7 @@ from rankers.export import export_scorer
 
 log = logging.getLogger(__name__)
 
-RESULT_KEYS = {"ndcg@1": "ndcg@1", "ndcg@5": "ndcg@5", "ndcg@10": "ndcg@10", "map": "map", "mrr": "mrr"}
+RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
 
 
 def _instantiate_group(group: DictConfig | None) -> list[Any]:
@@ -49,8 +49,17 @@ def _flat_hparams(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, float]:
+    """``{"ndcg@10": .., "map": .., ...}`` from Lightning's ``[{"test/ndcg@10": ..}]``.
+
+    The loss and running bests (``val/ndcg@10_best``) are left out: they describe the fit, not the stage.
+    """
     merged = {key: value for result in results for key, value in result.items()}
-    return {name: float(merged[f"{stage}/{key}"]) for name, key in RESULT_KEYS.items() if f"{stage}/{key}" in merged}
+    prefix = f"{stage}/"
+    return {
+        key.removeprefix(prefix): float(value)
+        for key, value in merged.items()
+        if key.startswith(prefix) and key != f"{prefix}loss" and not key.endswith("_best")
+    }
 
 
 def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
@@ -58,6 +67,8 @@ def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
     metrics = ranking_metrics()
     generator = torch.Generator().manual_seed(seed)
     for batch in datamodule.test_dataloader():
+        if "mask" not in batch:
+            return {}  # not query data
         scores = torch.rand(batch["mask"].shape, generator=generator)
         for metric in metrics.values():
             metric.update(scores, batch["labels"].cpu(), batch["mask"].cpu())
@@ -93,16 +104,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "best_checkpoint": best,
         "seed": cfg.seed,
         "data": datamodule.statistics,
-        "conventions": {"gain": model.hparams.gain, "empty": model.hparams.empty, "ties": "list position"},
+        "conventions": {
+            "gain": model.hparams.get("gain", "exp2"),
+            "empty": model.hparams.get("empty", 0.0),
+            "ties": "list position",
+        },
     }
     if cfg.get("test", True):
         results["test"] = _stage_metrics(
             trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "test"
         )
-        results["test_random_scores"] = random_baseline(datamodule, cfg.seed)
+        baseline = random_baseline(datamodule, cfg.seed)
+        if baseline:
+            results["test_random_scores"] = baseline
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
         results["export"] = export_scorer(model.normalizer, model.scorer, out / "export", datamodule.num_features)
+        if hasattr(model, "export_extra"):
+            results["export"].update(model.export_extra(out / "export"))
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))

@@ -1,0 +1,221 @@
+"""Ordinal-regression streams: Harrington's synthetic data (section 4.1) and collaborative filtering.
+
+Batches are ``{"features": [B, d], "labels": [B]}`` (0-based ranks), taken from the stream in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from datamodules.normalization import FeatureNormalizer
+
+log = logging.getLogger(__name__)
+
+# Harrington (2003), section 4.1: c = (-inf, -1, -0.1, 0.25, 1), ranks 1..5
+HARRINGTON_CUTS = (-1.0, -0.1, 0.25, 1.0)
+
+
+def harrington_synthetic(n: int, generator: torch.Generator, *, noise: float = 0.125) -> tuple:
+    """``x`` uniform on the unit square ``[n, 2]``.
+
+    ``y = max{r : 10(x1-.5)(x2-.5) + noise > c_r}``, 0-based ``[n]``.
+    """
+    x = torch.rand(n, 2, generator=generator, dtype=torch.float64)
+    value = 10 * (x[:, 0] - 0.5) * (x[:, 1] - 0.5) + noise * torch.randn(n, generator=generator, dtype=torch.float64)
+    y = torch.bucketize(value, torch.tensor(HARRINGTON_CUTS, dtype=torch.float64), right=False)
+    return x.float(), y.long()
+
+
+def polynomial_features(x: torch.Tensor, degree: int = 2) -> torch.Tensor:
+    """Explicit feature map of the kernel ``(x . x' + 1)^degree`` (degree 1 or 2): ``phi(x).phi(x') = K``.
+
+    For degree 2 and ``d`` inputs: ``x_i^2``, ``sqrt(2) x_i x_j`` (i < j), ``sqrt(2) x_i``, ``1``.
+    """
+    if degree == 1:
+        return torch.cat([x, torch.ones_like(x[..., :1])], -1)
+    if degree != 2:
+        raise ValueError(f"degree must be 1 or 2, got {degree}")
+    d = x.shape[-1]
+    i, j = torch.triu_indices(d, d, offset=1)
+    cross = math.sqrt(2) * x[..., i] * x[..., j]
+    return torch.cat([x.square(), cross, math.sqrt(2) * x, torch.ones_like(x[..., :1])], -1)
+
+
+class OrdinalStreamDataModule(pl.LightningDataModule):
+    """A training stream and val/test sets of ``(x [d], y in 0..k-1)``, served in stream order."""
+
+    def __init__(self, *, batch_size: int = 1000, eval_batch_size: int = 1000) -> None:
+        super().__init__()
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.statistics: dict[str, dict[str, int]] = {}
+
+    @property
+    def num_features(self) -> int:
+        return self.splits["train"][0].shape[1]
+
+    def build_normalizer(self) -> FeatureNormalizer:
+        return FeatureNormalizer("none", num_features=self.num_features)
+
+    def _finish(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.splits = splits
+        for name, (_features, y) in splits.items():
+            counts = {f"rank_{r}": int((y == r).sum()) for r in range(self.n_ranks)}
+            self.statistics[name] = {"examples": len(y), **counts}
+            log.info("%s: %s", name, self.statistics[name])
+
+    def _loader(self, split: str, batch_size: int) -> DataLoader:
+        x, y = self.splits[split]
+        dataset = TensorDataset(x, y)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_as_batch)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.batch_size)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_batch_size)
+
+
+def _as_batch(items: list) -> dict[str, torch.Tensor]:
+    x, y = zip(*items, strict=True)
+    return {"features": torch.stack(x), "labels": torch.stack(y)}
+
+
+class HarringtonSyntheticDataModule(OrdinalStreamDataModule):
+    """Section 4.1's data: 50,000 training and 1,000 test examples, ranks 0..4, optional kernel map."""
+
+    n_ranks = 5
+
+    def __init__(
+        self,
+        *,
+        n_train: int = 50000,
+        n_val: int = 1000,
+        n_test: int = 1000,
+        kernel_degree: int = 2,
+        noise: float = 0.125,
+        data_seed: int = 0,
+        n_ranks: int = 5,
+        **loader_options,
+    ) -> None:
+        super().__init__(**loader_options)
+        if n_ranks != 5:
+            raise ValueError(f"the synthetic data of section 4.1 has 5 ranks, not {n_ranks}")
+        self.sizes = {"train": n_train, "val": n_val, "test": n_test}
+        self.kernel_degree, self.noise, self.data_seed = kernel_degree, noise, data_seed
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        splits = {}
+        for offset, (name, size) in enumerate(self.sizes.items()):
+            x, y = harrington_synthetic(
+                size, torch.Generator().manual_seed(self.data_seed * 10 + offset), noise=self.noise
+            )
+            splits[name] = (polynomial_features(x, self.kernel_degree) if self.kernel_degree else x, y)
+        self._finish(splits)
+
+
+class RatingsFormatError(ValueError):
+    """A ratings file that cannot be read; the message names the file and line."""
+
+
+def read_ratings(path: str | Path) -> np.ndarray:
+    """``user item rating`` lines (whitespace or comma separated, ``#`` comments) -> int array ``[n, 3]``."""
+    rows = []
+    path = Path(path)
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.split("#", 1)[0].replace(",", " ").split()
+            if not text:
+                continue
+            if len(text) < 3:
+                raise RatingsFormatError(f"{path}:{number}: expected 'user item rating', got {line.strip()!r}")
+            try:
+                rows.append((int(text[0]), int(text[1]), int(float(text[2]))))
+            except ValueError as error:
+                raise RatingsFormatError(f"{path}:{number}: {error}") from None
+            if float(text[2]) != int(float(text[2])):
+                raise RatingsFormatError(f"{path}:{number}: rating {text[2]} is not an integer grade")
+    if not rows:
+        raise RatingsFormatError(f"{path}: no ratings")
+    return np.array(rows, dtype=np.int64)
+
+
+class RatingsDataModule(OrdinalStreamDataModule):
+    """Collaborative filtering as in Harrington's section 4.2 (and Crammer & Singer's EachMovie run).
+
+    Each item the target user rated is one example: the label is the target user's rating (shifted
+    to 0-based), the features are the other users' ratings of that item (0 where unseen; ratings are
+    shifted to ``1..k`` so 0 stays "unseen"). Items are split into train/val/test with a seed; the
+    training stream is in a seeded random order.
+
+    Args: ``path`` to a ``user item rating`` file; ``target_user`` (default: the user with the most
+    ratings); ``min_rating``/``max_rating`` the scale (k = max - min + 1); ``min_common`` drops other
+    users with fewer ratings of the target's items (dimension control).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        target_user: int | None = None,
+        min_rating: int = 1,
+        max_rating: int = 5,
+        min_common: int = 1,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.2,
+        data_seed: int = 0,
+        n_ranks: int | None = None,
+        **loader_options,
+    ) -> None:
+        super().__init__(**loader_options)
+        self.path, self.target_user = path, target_user
+        self.min_rating, self.max_rating, self.min_common = min_rating, max_rating, min_common
+        self.fractions, self.data_seed = (val_fraction, test_fraction), data_seed
+        self.n_ranks = max_rating - min_rating + 1
+        if n_ranks is not None and n_ranks != self.n_ranks:
+            raise ValueError(f"n_ranks={n_ranks} but the rating scale {min_rating}..{max_rating} has {self.n_ranks}")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        ratings = read_ratings(self.path)
+        bad = np.flatnonzero((ratings[:, 2] < self.min_rating) | (ratings[:, 2] > self.max_rating))
+        if len(bad):
+            raise RatingsFormatError(
+                f"{self.path}: rating {ratings[bad[0], 2]} outside "
+                f"[{self.min_rating}, {self.max_rating}] ({len(bad)} such ratings)"
+            )
+        users, counts = np.unique(ratings[:, 0], return_counts=True)
+        target = self.target_user if self.target_user is not None else int(users[np.argmax(counts)])
+        mine = ratings[ratings[:, 0] == target]
+        if len(mine) < 3:
+            raise RatingsFormatError(f"{self.path}: target user {target} rated {len(mine)} items, need >= 3")
+        items = mine[:, 1]
+        others = ratings[(ratings[:, 0] != target) & np.isin(ratings[:, 1], items)]
+        other_users, per_user = np.unique(others[:, 0], return_counts=True)
+        kept = other_users[per_user >= self.min_common]
+        others = others[np.isin(others[:, 0], kept)]
+        item_row = {item: row for row, item in enumerate(items)}
+        user_col = {user: col for col, user in enumerate(kept)}
+        x = np.zeros((len(items), len(kept)), dtype=np.float32)
+        for user, item, rating in others:
+            x[item_row[item], user_col[user]] = rating - self.min_rating + 1
+        y = mine[:, 2] - self.min_rating
+        order = np.random.default_rng(self.data_seed).permutation(len(items))
+        n_val = max(1, round(self.fractions[0] * len(items)))
+        n_test = max(1, round(self.fractions[1] * len(items)))
+        parts = {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
+        self._finish({name: (torch.from_numpy(x[idx]), torch.from_numpy(y[idx])) for name, idx in parts.items()})
+        log.info("ratings: target user %s, %d items, %d other users as features", target, len(items), len(kept))
