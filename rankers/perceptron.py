@@ -17,6 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from rankers import _prank_cpu
+
 Combine = Literal["bpm", "bagg", "vp", "voted", "each"]
 
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
@@ -46,6 +48,9 @@ class PRankEnsemble:
         device: where the state lives.
         keep_history: store every hypothesis with its survival count, for the voted perceptron
             (``combine="voted"``, PRank-VP); memory ``R * N * (updates + 1) * (d + k - 1)``.
+        fused: on CPU, stream plain ``partial_fit`` calls through the compiled loop of
+            ``rankers._prank_cpu`` (same arithmetic, one perceptron at a time in cache); False
+            forces the tensor path, which every device runs.
 
     State: ``weights [R, N, d]``, ``thresholds [R, N, k-1]`` (float32, start at 0), ``correct [R, N]``
     (correct predictions on presented examples, OAP-VP's votes), ``presented [R, N]``, ``mistakes [R, N]``.
@@ -62,6 +67,7 @@ class PRankEnsemble:
         seed: int = 0,
         device: str | torch.device | None = None,
         keep_history: bool = False,
+        fused: bool = True,
     ) -> None:
         if n_ranks < 2:
             raise ValueError(f"n_ranks must be >= 2, got {n_ranks}")
@@ -73,13 +79,15 @@ class PRankEnsemble:
         self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         zeros = dict(device=self.device, dtype=torch.float32)
-        self.weights = torch.zeros(n_runs, n_perceptrons, n_features, **zeros)
+        # stored d-major (memory [R, d, N], seen as [R, N, d]) so each step's score is a row vector
+        # times a matrix, about 10x faster than the N-major matrix-vector product on CPU at d=300
+        self.weights = torch.zeros(n_runs, n_features, n_perceptrons, **zeros).transpose(1, 2)
         self.thresholds = torch.zeros(n_runs, n_perceptrons, n_ranks - 1, **zeros)
         self.correct = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.presented = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.mistakes = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.rank_index = torch.arange(n_ranks - 1, device=self.device)
-        self.keep_history = keep_history
+        self.keep_history, self.fused = keep_history, fused
         self.history: list[tuple[Tensor, Tensor, Tensor]] = []  # (weights, thresholds, survival) per update slot
 
     def to(self, device: str | torch.device) -> PRankEnsemble:
@@ -126,35 +134,72 @@ class PRankEnsemble:
                 torch.rand(stop - start, self.r, self.n, generator=self.generator, device=self.device) < self.tau
             )
             # l(r) = -1 where y <= r, else +1 (Algorithm 1, line 4), for every step of the chunk
-            signs = torch.where(labels[:, start:stop, None] <= self.rank_index, -1.0, 1.0).transpose(0, 1)
-            x_chunk, y_chunk = features[:, start:stop].transpose(0, 1), labels[:, start:stop].transpose(0, 1)
-            for t in range(stop - start):
+            signs = torch.where(labels[:, start:stop, None] <= self.rank_index, -1.0, 1.0)
+            if self._use_kernel(combine):
+                chunk_predictions, mistakes = _prank_cpu.stream(
+                    features[:, start:stop], labels[:, start:stop], presented, self.weights, self.thresholds
+                )
+                predictions[:, :, start:stop] = chunk_predictions
+                self._count(presented, mistakes.permute(2, 0, 1), correct=True)
+                continue
+            # per-step views shaped once per chunk, so a step runs no reshaping ops:
+            # x [R, 1, d], y [R, 1], signs [R, 1, k-1], presented [R, N]
+            rounds = zip(
+                features[:, start:stop, None].unbind(1),
+                labels[:, start:stop, None].unbind(1),
+                signs[:, :, None].unbind(1),
+                presented.unbind(0),
+                strict=True,
+            )
+            step_predictions, step_mistakes = [], []
+            for t, (x, y, sign, shown) in enumerate(rounds):
                 if combined is not None:
-                    combined[:, start + t] = self._combined_now(x_chunk[t], combine)
-                predictions[:, :, start + t] = self._step(x_chunk[t], y_chunk[t], signs[t], presented[t])
+                    combined[:, start + t] = self._combined_now(x, combine)
+                predicted, mistake = self._step(x, y, sign, shown)
+                step_predictions.append(predicted)
+                step_mistakes.append(mistake)
+                if combine == "vp":  # the online vote needs the counts as of this round
+                    self.correct.add_(shown & ~mistake)
+            predictions[:, :, start:stop] = torch.stack(step_predictions, -1)
+            # the counters are summed once per chunk rather than with three more ops per step
+            self._count(presented, torch.stack(step_mistakes), correct=combine != "vp")
         return predictions if combined is None else combined
 
-    def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
-        """The combined rule's rank of ``x [R, d]`` under the current state, ``[R]``."""
-        return self.predict(x.unsqueeze(1), combine).squeeze(1)
+    def _use_kernel(self, combine: Combine | None) -> bool:
+        """The fused CPU loop serves plain streams; the voted history and online combined
+        predictions need the state of all perceptrons after every round, so they take the tensor path."""
+        if not self.fused or self.device.type != "cpu" or self.keep_history or combine is not None:
+            return False
+        return _prank_cpu.kernel() is not None
 
-    def _step(self, x: Tensor, y: Tensor, signs: Tensor, presented: Tensor) -> Tensor:
-        """One round for all R*N perceptrons: ``x [R, d]``, ``y [R]``, ``signs [R, k-1]``, ``presented [R, N]``."""
-        score = torch.bmm(self.weights, x.unsqueeze(-1)).squeeze(-1)  # [R, N]
+    def _count(self, presented: Tensor, mistakes: Tensor, *, correct: bool) -> None:
+        """Add a chunk's ``presented`` and ``mistakes`` ``[t, R, N]`` to the per-perceptron counters."""
+        self.mistakes.add_(mistakes.sum(0))
+        self.presented.add_(presented.sum(0))
+        if correct:
+            self.correct.add_((presented & ~mistakes).sum(0))
+
+    def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
+        """The combined rule's rank of ``x [R, 1, d]`` under the current state, ``[R]``."""
+        return self.predict(x, combine).squeeze(1)
+
+    def _step(self, x: Tensor, y: Tensor, signs: Tensor, presented: Tensor) -> tuple[Tensor, Tensor]:
+        """One round for all R*N perceptrons: ``x [R, 1, d]``, ``y [R, 1]``, ``signs [R, 1, k-1]``,
+        ``presented [R, N]``. Returns the ranks predicted before the update ``[R, N]`` and the
+        mistakes ``[R, N]`` bool."""
+        score = torch.bmm(x, self.weights.transpose(1, 2)).squeeze(1)  # [R, N]
         margins = score.unsqueeze(-1) - self.thresholds  # [R, N, k-1]
-        predicted = rank_of(score, self.thresholds)
-        mistake = (predicted != y.unsqueeze(-1)) & presented  # update only presented, mispredicted
-        signs = signs.unsqueeze(1)  # [R, 1, k-1]
+        # PRank keeps c(1) <= ... <= c(k-1) (Crammer & Singer, Lemma 1; tested after every update),
+        # so counting the thresholds <= score is the paper's min{r : score - c(r) < 0}
+        predicted = (margins >= 0).sum(-1)
+        mistake = (predicted != y) & presented  # update only presented, mispredicted perceptrons
         # a(r) = l(r) where (w.x - c(r)) l(r) <= 0 (lines 6-8), for mistaken perceptrons only
-        step = signs * ((margins * signs <= 0) & mistake.unsqueeze(-1))
+        step = signs * ((margins * signs <= 0) & mistake.unsqueeze(-1))  # 4x faster than torch.where here
         if self.keep_history:
             self._record(mistake, presented & ~mistake)
-        self.weights.addcmul_(step.sum(-1, keepdim=True), x.unsqueeze(1))  # w += sum_r a(r) x
+        self.weights.addcmul_(step.sum(-1, keepdim=True), x)  # w += sum_r a(r) x
         self.thresholds.sub_(step)  # c -= a
-        self.correct.add_(presented & ~mistake)
-        self.presented.add_(presented)
-        self.mistakes.add_(mistake)
-        return predicted
+        return predicted, mistake
 
     def _record(self, mistake: Tensor, correct: Tensor) -> None:
         """Voted perceptron bookkeeping: the current hypothesis survives one more correct round;

@@ -33,10 +33,12 @@ def stream(seed, runs, steps, d, k):
     return x, y
 
 
+# fused=True: the compiled CPU loop (rankers._prank_cpu); False: the tensor path every device runs
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("k", [2, 3, 5])
-def test_single_perceptron_is_algorithm_1_example_by_example(k):
+def test_single_perceptron_is_algorithm_1_example_by_example(k, fused):
     x, y = stream(k, runs=3, steps=300, d=4, k=k)
-    model = PRankEnsemble(4, k, n_runs=3)
+    model = PRankEnsemble(4, k, n_runs=3, fused=fused)
     for t in range(x.shape[1]):
         predicted = model.partial_fit(x[:, t : t + 1], y[:, t : t + 1])[:, 0, 0]
         for run in range(3):
@@ -46,9 +48,10 @@ def test_single_perceptron_is_algorithm_1_example_by_example(k):
             assert model.thresholds[run, 0].tolist() == expected[2]
 
 
-def test_whole_stream_matches_algorithm_1():
+@pytest.mark.parametrize("fused", [True, False])
+def test_whole_stream_matches_algorithm_1(fused):
     x, y = stream(9, runs=2, steps=2000, d=3, k=5)
-    model = PRankEnsemble(3, 5, n_runs=2)
+    model = PRankEnsemble(3, 5, n_runs=2, fused=fused)
     predictions = model.partial_fit(x, y)
     for run in range(2):
         reference = list(scalar_prank(x[run].tolist(), (y[run] + 1).tolist(), 5))
@@ -56,15 +59,31 @@ def test_whole_stream_matches_algorithm_1():
         assert model.weights[run, 0].tolist() == reference[-1][1]
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("tau", [0.3, 1.0])
-def test_threshold_order_is_preserved_after_every_update(tau):
+def test_threshold_order_is_preserved_after_every_update(tau, fused):
     x, y = stream(1, runs=4, steps=500, d=5, k=6)
     x = x + torch.randn(x.shape, generator=torch.Generator().manual_seed(2))  # non-integer data too
-    model = PRankEnsemble(5, 6, n_perceptrons=7, tau=tau, n_runs=4, seed=3)
+    model = PRankEnsemble(5, 6, n_perceptrons=7, tau=tau, n_runs=4, seed=3, fused=fused)
     for t in range(x.shape[1]):
         model.partial_fit(x[:, t : t + 1], y[:, t : t + 1])
         assert (model.thresholds.diff(dim=-1) >= 0).all(), f"order broken at step {t}"
     assert model.mistakes.sum() > 0
+
+
+@pytest.mark.parametrize("d", [3, 40])
+def test_fused_cpu_loop_and_tensor_path_agree(d):
+    # N = 19 is not a multiple of the kernel's block; 2100 steps cross a chunk of Bernoulli draws
+    x, y = stream(5, runs=3, steps=2100, d=d, k=5)
+    x = x + torch.randn(x.shape, generator=torch.Generator().manual_seed(6))
+    fused = PRankEnsemble(d, 5, n_perceptrons=19, tau=0.6, n_runs=3, seed=4, fused=True)
+    tensor = PRankEnsemble(d, 5, n_perceptrons=19, tau=0.6, n_runs=3, seed=4, fused=False)
+    assert torch.equal(fused.partial_fit(x, y), tensor.partial_fit(x, y))
+    # the only difference is the summation order of w . x
+    torch.testing.assert_close(fused.weights, tensor.weights, rtol=1e-5, atol=1e-4)
+    assert torch.equal(fused.thresholds, tensor.thresholds)
+    for counter in ("correct", "presented", "mistakes"):
+        assert torch.equal(getattr(fused, counter), getattr(tensor, counter)), counter
 
 
 def test_bernoulli_presentation_rate_and_independence():
