@@ -13,6 +13,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from datamodules.adhoc import adhoc_evaluation
 from metrics import ranking_metrics
 from rankers.export import export_scorer
 
@@ -84,7 +85,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    model = instantiate(cfg.model, n_features=datamodule.num_features, normalizer=datamodule.build_normalizer())
+    if hasattr(datamodule, "model_inputs"):  # e.g. LinkLearn takes its corpus from the datamodule at fit time
+        model = instantiate(cfg.model, **datamodule.model_inputs())
+    else:
+        model = instantiate(cfg.model, n_features=datamodule.num_features, normalizer=datamodule.build_normalizer())
     loggers = _instantiate_group(cfg.get("logger"))
     callbacks = _instantiate_group(cfg.get("callbacks"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
@@ -110,7 +114,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "ties": "list position",
         },
     }
-    if cfg.get("test", True):
+    if cfg.get("test", True) and getattr(datamodule, "has_test", True):
         results["test"] = _stage_metrics(
             trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "test"
         )
@@ -119,9 +123,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["test_random_scores"] = baseline
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
-        results["export"] = export_scorer(model.normalizer, model.scorer, out / "export", datamodule.num_features)
+        if hasattr(model, "export_model"):  # models that are not a [L, F] -> [L] scorer export themselves
+            results["export"] = model.export_model(out / "export")
+        else:
+            results["export"] = export_scorer(model.normalizer, model.scorer, out / "export", datamodule.num_features)
         if hasattr(model, "export_extra"):
             results["export"].update(model.export_extra(out / "export"))
+    if getattr(datamodule, "adhoc_dir", None) and hasattr(model, "score_collection") and trainer.is_global_zero:
+        results["adhoc"] = adhoc_evaluation(
+            model, datamodule.adhoc_dir, out / "runs", k1=datamodule.bm25_k1, b=datamodule.bm25_b
+        )
+        log.info("ad-hoc: %s", json.dumps({k: results["adhoc"][k] for k in ("linklearn", "bm25")}))
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
