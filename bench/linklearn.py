@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._timing import machine, sync
 from datamodules.text import tokenize
 from datamodules.wikipedia import MarkupStripper, WikipediaDataModule, write_synthetic_dump
-from rankers.linklearn import LinkLearnModule, gather_entries
+from rankers.linklearn import LinkLearnModule, gather_entries, inverted_index, rank
 
 REAL_DUMP = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2"
@@ -80,6 +80,24 @@ def indexing_rate(model: LinkLearnModule, n_docs: int, device: torch.device) -> 
         model.document_matrix(chunk)
     sync(device)
     return n_docs / (time.perf_counter() - start)
+
+
+def ranking_rates(model: LinkLearnModule, n_docs: int, device: torch.device) -> tuple[float, float]:
+    """Queries/s ranking every document: CSR postings product vs a dense ``[V, Q]`` query matrix."""
+    with torch.no_grad():
+        documents = model.document_matrix(torch.arange(n_docs, device=device))
+        queries = model.document_matrix(torch.arange(64, device=device))
+    index = inverted_index(documents)
+    rank(index, queries)
+    rates = []
+    for fn in (lambda: rank(index, queries), lambda: torch.sparse.mm(documents, queries.to_dense().T).T):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(5):
+            fn()
+        sync(device)
+        rates.append(5 * 64 / (time.perf_counter() - start))
+    return rates[0], rates[1]
 
 
 def reader_rates() -> str:
@@ -137,6 +155,11 @@ def main() -> None:
         for i, task in enumerate(("training triples", "indexed documents")):
             ours, reference = rates["ours"][i], rates["reference"][i]
             print(f"| {device.type} | {task} | {ours:,.0f} | {reference:,.0f} | {ours / reference:.2f}x |")
+        ours, dense = ranking_rates(model, n_docs, device)
+        print(
+            f"| {device.type} | ranked queries (reference: dense [V, Q] queries) | {ours:,.0f} | {dense:,.0f} | "
+            f"{ours / dense:.2f}x |"
+        )
     print(reader_rates())
 
 
