@@ -120,17 +120,23 @@ def bm25_idf(corpus: Corpus, *, epsilon: float = 0.25) -> np.ndarray:
     return np.where(idf < 0, floor, idf)
 
 
+def bm25_term_weight(tf, length, idf, mean_length: float, *, k1: float, b: float):
+    """The BM25 weight of (document, term) entries, numpy arrays or tensors of one shape:
+    ``idf tf (k1 + 1) / (tf + k1 (1 - b + b len / mean_len))``."""
+    return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / max(float(mean_length), 1e-12)))
+
+
 def bm25_scores(documents: Corpus, queries: Corpus, *, k1: float = 1.5, b: float = 0.75) -> torch.Tensor:
     """Okapi BM25 ``[Q, D]``: ``sum_{t in q} qtf_t idf_t tf (k1 + 1) / (tf + k1 (1 - b + b len/avglen))``.
 
     Query terms count with their multiplicity in the query (as rank_bm25 does).
     """
     idf = bm25_idf(documents)
-    tf = documents.tfs.astype(np.float64)
     rows = np.repeat(np.arange(documents.n_docs), np.diff(documents.offsets))
     lengths = documents.lengths.astype(np.float64)
-    norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1e-12))
-    weight = idf[documents.term_ids] * tf * (k1 + 1) / (tf + norm[rows])
+    weight = bm25_term_weight(
+        documents.tfs.astype(np.float64), lengths[rows], idf[documents.term_ids], lengths.mean(), k1=k1, b=b
+    )
     vocabulary = len(documents.vocabulary)
     doc_matrix = torch.sparse_coo_tensor(
         torch.from_numpy(np.stack([rows, documents.term_ids])),

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from datamodules.adhoc import bm25_idf, bm25_term_weight
 from datamodules.text import TOKENIZER, Corpus
 from losses import linklearn_hinge
 from metrics.functional import average_precision
@@ -153,7 +154,8 @@ class LinkLearnModule(pl.LightningModule):
         self.term_weight = TermWeight(hidden)
         self.margin, self.monitor = margin, monitor
         self.optimizer_factory = optimizer
-        self.val_map = MeanMetric()
+        self.val_map, self.val_map_bm25 = MeanMetric(), MeanMetric()
+        self.bm25_index: Tensor | None = None
         self.corpus: dict[str, Tensor] | None = None
 
     # -- data ---------------------------------------------------------------------------------
@@ -201,6 +203,24 @@ class LinkLearnModule(pl.LightningModule):
         datamodule = self.trainer.datamodule
         self.val_docs = datamodule.val_docs.to(self.device)
         self.val_index = inverted_index(self.document_matrix(self.val_docs))
+        if getattr(self, "bm25_index", None) is None or self.bm25_index.device != self.device:
+            self.bm25_index = inverted_index(self.bm25_matrix(self.val_docs))
+
+    def bm25_matrix(self, docs: Tensor, *, query: bool = False) -> Tensor:
+        """Sparse ``[P, V]`` Okapi BM25 weights of ``docs`` with the whole corpus's statistics, or with
+        ``query=True`` their term counts (BM25's query side): the baseline of the validation task."""
+        assert self.corpus is not None
+        datamodule = self.trainer.datamodule
+        owner, index = entry_index(self.corpus["offsets"], docs)
+        term, tf = self.corpus["term_ids"][index], self.corpus["tfs"][index]
+        if not query:
+            idf = torch.as_tensor(bm25_idf(datamodule.corpus), dtype=torch.float32, device=self.device)
+            lengths = self.corpus["lengths"]
+            tf = bm25_term_weight(
+                tf, lengths[docs][owner], idf[term], lengths.mean(), k1=datamodule.bm25_k1, b=datamodule.bm25_b
+            )
+        shape = (len(docs), self.vocabulary_size)
+        return torch.sparse_coo_tensor(torch.stack([owner, term]), tf, shape, check_invariants=False).coalesce()
 
     def document_matrix(self, docs: Tensor) -> Tensor:
         """Sparse ``[len(docs), V]`` matrix of term weights ``f`` (CSR)."""
@@ -218,6 +238,9 @@ class LinkLearnModule(pl.LightningModule):
         ap = average_precision(scores, relevant.float(), mask)
         self.val_map.update(ap)
         self.log("val/map", self.val_map, on_epoch=True, prog_bar=True, batch_size=len(queries))
+        bm25 = rank(self.bm25_index, self.bm25_matrix(queries, query=True))
+        self.val_map_bm25.update(average_precision(bm25, relevant.float(), mask))
+        self.log("val/map_bm25", self.val_map_bm25, on_epoch=True, batch_size=len(queries))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.optimizer_factory is None:

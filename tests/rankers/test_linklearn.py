@@ -99,6 +99,7 @@ def test_training_from_the_config_learns_and_evaluates_both_models(make_cfg, tmp
     untrained = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
     before = untrained.validate(LinkLearnModule(), datamodule=datamodule, verbose=False)[0]["val/map"]
     assert results["val"]["map"] > before + 0.05, (before, results["val"])
+    assert 0 < results["val"]["map_bm25"] <= 1  # the baseline of the same task, logged beside it
 
     adhoc_results = results["adhoc"]
     for name in ("linklearn", "bm25"):
@@ -112,7 +113,7 @@ def test_training_from_the_config_learns_and_evaluates_both_models(make_cfg, tmp
         accumulator = EventAccumulator(str(events))
         accumulator.Reload()
         tags |= set(accumulator.Tags()["scalars"])
-    assert {"train/loss_step", "val/map"} <= tags
+    assert {"train/loss_step", "val/map", "val/map_bm25"} <= tags
 
 
 def test_exported_term_weight_scores_a_collection_like_the_module(tmp_path, wiki):
