@@ -53,11 +53,16 @@ class Corpus:
         ``tf_values [U]`` / ``tf_codes [nnz]``, ``idf_values`` / ``idf_codes [V]``,
         ``length_values`` / ``length_codes [D]``: ``tfs == tf_values[tf_codes]`` and so on. A model
         of one scalar feature then runs once per distinct value of the corpus, not per entry.
+
+        ``lengths`` here are relative: tokens divided by the corpus's mean document length (as BM25
+        uses them), so a length model learned on Wikipedia transfers to a collection whose documents
+        are typically shorter or longer.
         """
         idf = self.idf() if idf is None else idf
-        arrays = {"offsets": self.offsets, "term_ids": self.term_ids, "tfs": self.tfs, "lengths": self.lengths}
+        relative = self.lengths / max(float(self.lengths.mean()), 1.0) if len(self.lengths) else self.lengths
+        arrays = {"offsets": self.offsets, "term_ids": self.term_ids, "tfs": self.tfs, "lengths": relative}
         arrays["idf"] = idf
-        for name, values in (("tf", self.tfs), ("idf", idf), ("length", self.lengths)):
+        for name, values in (("tf", self.tfs), ("idf", idf), ("length", relative)):
             arrays[f"{name}_values"], arrays[f"{name}_codes"] = np.unique(values, return_inverse=True)
         return {name: torch.from_numpy(np.ascontiguousarray(value)).to(device) for name, value in arrays.items()}
 
