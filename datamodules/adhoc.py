@@ -192,11 +192,25 @@ def adhoc_evaluation(model: Any, folder: str | Path, out_dir: str | Path, *, k1:
 
 
 def write_synthetic_collection(
-    folder: str | Path, *, n_docs: int = 400, n_topics: int = 20, n_queries: int = 20, seed: int = 0
+    folder: str | Path,
+    *,
+    n_docs: int = 400,
+    n_topics: int = 20,
+    n_queries: int = 20,
+    topic_share: float = 0.3,
+    lengths: tuple[int, int] = (40, 300),
+    neighbour_share: float = 0.0,
+    query_words: tuple[int, int] = (3, 1),
+    seed: int = 0,
 ) -> Path:
     """A small ad-hoc collection drawn like ``wikipedia.write_synthetic_dump`` but over *other* topic
-    words (``u{topic}w{j}``), so a model trained on the dump meets an unseen vocabulary. Each query
-    is three words of one topic; the documents of that topic are relevant (rel 1)."""
+    words (``u{topic}w{j}``), so a model trained on the dump meets an unseen vocabulary.
+
+    A document of ``lengths`` tokens has a ``topic_share`` of its topic's words, ``neighbour_share``
+    times as many of the next topic's words (confusable documents), the rest Zipf-distributed common
+    words. A query is ``query_words[0]`` words of one topic and ``query_words[1]`` frequent common
+    words; the documents of that topic are relevant (rel 1).
+    """
     rng = np.random.default_rng(seed)
     common = [f"common{j}" for j in range(200)]
     zipf = 1.0 / np.arange(1, len(common) + 1)
@@ -204,17 +218,19 @@ def write_synthetic_collection(
     topic_of = rng.integers(0, n_topics, n_docs)
     docs = []
     for i in range(n_docs):
-        length = int(rng.integers(40, 300))
-        n_topic = rng.binomial(length, 0.3)
+        length = int(rng.integers(*lengths))
+        n_topic = rng.binomial(length, topic_share)
         words = [f"u{topic_of[i]}w{j}" for j in rng.integers(0, 25, n_topic)]
+        words += [f"u{(topic_of[i] + 1) % n_topics}w{j}" for j in rng.integers(0, 25, int(n_topic * neighbour_share))]
         words += [common[j] for j in rng.choice(len(common), length - n_topic, p=zipf)]
         rng.shuffle(words)
         docs.append(f"doc{i}\t{' '.join(words)}")
     queries, qrels = [], []
     for q in range(n_queries):
         topic = q % n_topics
-        words = [f"u{topic}w{j}" for j in rng.integers(0, 25, 3)]
-        queries.append(f"query{q}\t{' '.join(words)} {common[int(rng.integers(0, 5))]}")
+        words = [f"u{topic}w{j}" for j in rng.integers(0, 25, query_words[0])]
+        words += [common[int(j)] for j in rng.integers(0, 20, query_words[1])]
+        queries.append(f"query{q}\t{' '.join(words)}")
         qrels += [f"query{q} 0 doc{i} 1" for i in np.flatnonzero(topic_of == topic)]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
