@@ -4,10 +4,11 @@
     python bench/linklearn_transfer.py --dump enwiki.xml.bz2 --collection trec_dir/ [--collection ...]
 
 Trains ``model=linklearn`` through ``train.py``'s pipeline (default config) on the dump, then ranks
-each collection with the trained model, the untrained model (f = 1: a count of shared terms) and
-Okapi BM25 (k1 = 1.2, b = 0.75), and prints MAP, P@10, R-precision and nDCG@10. Without arguments
-it uses a synthetic dump and three synthetic collections of increasing difficulty (different
-vocabulary, then shorter/longer documents, confusable topics and more common words in queries).
+each collection with the trained model, its untrained tf-idf start, constant factors (f = 1: a count
+of shared terms) and Okapi BM25 (k1 = 1.2, b = 0.75), and prints MAP, P@10, R-precision and nDCG@10.
+Without arguments it uses a synthetic dump and three synthetic collections of increasing difficulty
+(different vocabulary, then shorter/longer documents, confusable topics and more common words in
+queries).
 """
 
 from __future__ import annotations
@@ -88,14 +89,14 @@ def main() -> None:
         print(f"# {machine()}")
         model = trained_model(dump, work, args.overrides)
         torch.manual_seed(0)
-        untrained = LinkLearnModule()
+        starts = {"its start (tf-idf, untrained)": LinkLearnModule(init="tfidf"), "f = 1": LinkLearnModule(init="ones")}
         print("| collection | model | MAP | P@10 | R-prec | nDCG@10 |")
         print("|---|---|---:|---:|---:|---:|")
         for name, path in collections.items():
             collection = read_collection(path)
             runs = {
                 "LinkLearn": model.score_collection(collection.documents, collection.queries),
-                "untrained (f = 1)": untrained.score_collection(collection.documents, collection.queries),
+                **{label: m.score_collection(collection.documents, collection.queries) for label, m in starts.items()},
                 "BM25": bm25_scores(collection.documents, collection.queries, k1=1.2, b=0.75),
             }
             for label, scores in runs.items():
