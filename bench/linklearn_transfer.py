@@ -18,21 +18,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
+from hydra.utils import instantiate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from bench._timing import machine
 from datamodules.adhoc import bm25_scores, evaluate, read_collection, write_synthetic_collection
 from datamodules.wikipedia import write_synthetic_dump
 from rankers.linklearn import LinkLearnModule
-from rankers.pipeline import train
-
-ROOT = Path(__file__).resolve().parents[1]
+from rankers.pipeline import compose_config, train
 
 SYNTHETIC = {
     "unseen vocabulary": {},
@@ -47,25 +43,26 @@ SYNTHETIC = {
 
 
 def trained_model(dump: Path, work: Path, overrides: list[str]) -> LinkLearnModule:
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose(
-            "config",
-            overrides=["model=linklearn", "data=wikipedia", f"data.path={dump}", *overrides],
-            return_hydra_config=True,
-        )
-    with open_dict(cfg):
-        cfg.paths.root_dir = str(ROOT)
-        cfg.paths.data_dir = str(work / "data")
-        cfg.paths.cache_dir = str(work / "data" / "parsed")
-        cfg.paths.output_dir = str(work / "run")
-        cfg.callbacks.progress_bar.refresh_rate = 0
-    HydraConfig().set_config(cfg)
+    base = ["model=linklearn", "data=wikipedia", f"data.path={dump}", "callbacks.progress_bar.refresh_rate=0"]
+    cfg = compose_config([*base, *overrides], output_dir=work / "run", data_dir=work / "data")
     results = train(cfg)
     print(
         f"# validation (linked documents): LinkLearn MAP {results['val']['map']:.3f}, "
-        f"BM25 {results['val']['map_bm25']:.3f}, {results['epochs']} epochs, {results['fit_seconds']:.0f} s"
+        f"BM25 {results['val']['map_bm25']:.3f}, {results['epochs']} epochs, {results['fit_seconds']:.0f} s; "
+        f"untrained starts: {start_validation(cfg)}"
     )
     return LinkLearnModule.load_from_checkpoint(results["best_checkpoint"])
+
+
+def start_validation(cfg) -> str:
+    """Validation MAP of the two untrained starts (``model.init``) on the same task."""
+    datamodule = instantiate(cfg.data)
+    trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    scores = []
+    for init in ("tfidf", "ones"):
+        torch.manual_seed(0)
+        scores.append(trainer.validate(LinkLearnModule(init=init), datamodule=datamodule, verbose=False)[0]["val/map"])
+    return f"tf-idf {scores[0]:.3f}, f = 1 {scores[1]:.3f}"
 
 
 def main() -> None:

@@ -16,7 +16,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.text import Corpus, CorpusBuilder, tokenize
+from datamodules.text import (
+    COMMON_WORDS,
+    Corpus,
+    CorpusBuilder,
+    inverted_index,
+    rank,
+    sparse_rows,
+    synthetic_words,
+    tokenize,
+)
 from metrics.functional import average_precision, ndcg, precision, r_precision
 
 log = logging.getLogger(__name__)
@@ -56,8 +65,8 @@ def _read_tsv(path: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def read_qrels(path: Path) -> list[tuple[str, str, int, int]]:
-    """``(qid, docid, rel, line)`` from a TREC qrels file."""
+def read_qrels(path: Path) -> list[tuple[str, str, int]]:
+    """``(qid, docid, rel)`` from a TREC qrels file."""
     if not path.exists():
         raise CollectionFormatError(f"{path}: missing")
     rows = []
@@ -69,7 +78,7 @@ def read_qrels(path: Path) -> list[tuple[str, str, int, int]]:
             if len(fields) != 4:
                 raise CollectionFormatError(f"{path}:{number}: expected 'qid 0 docid rel', got {line.strip()!r}")
             try:
-                rows.append((fields[0], fields[2], int(fields[3]), number))
+                rows.append((fields[0], fields[2], int(fields[3])))
             except ValueError:
                 raise CollectionFormatError(f"{path}:{number}: relevance {fields[3]!r} is not an integer") from None
     return rows
@@ -90,7 +99,7 @@ def read_collection(folder: str | Path) -> Collection:
     query_index = {qid: i for i, (qid, _) in enumerate(queries)}
     labels = torch.zeros(len(queries), len(docs))
     counts = {"documents": len(docs), "queries": len(queries), "judgments": 0, "judged_docs_missing": 0}
-    for qid, doc_id, rel, _number in read_qrels(folder / "qrels.txt"):
+    for qid, doc_id, rel in read_qrels(folder / "qrels.txt"):
         if qid not in query_index:
             continue  # judgments for queries not in this run (TREC qrels often cover more topics)
         counts["judgments"] += 1
@@ -138,18 +147,20 @@ def bm25_scores(documents: Corpus, queries: Corpus, *, k1: float = 1.5, b: float
         documents.tfs.astype(np.float64), lengths[rows], idf[documents.term_ids], lengths.mean(), k1=k1, b=b
     )
     vocabulary = len(documents.vocabulary)
-    doc_matrix = torch.sparse_coo_tensor(
-        torch.from_numpy(np.stack([rows, documents.term_ids])),
+    doc_matrix = sparse_rows(
+        torch.from_numpy(rows),
+        torch.from_numpy(documents.term_ids),
         torch.from_numpy(weight),
         (documents.n_docs, vocabulary),
-        check_invariants=False,
-    ).coalesce()
-    query_rows = np.repeat(np.arange(queries.n_docs), np.diff(queries.offsets))
-    query_matrix = torch.zeros(queries.n_docs, vocabulary, dtype=torch.float64)
-    query_matrix[torch.from_numpy(query_rows), torch.from_numpy(queries.term_ids)] = torch.from_numpy(
-        queries.tfs.astype(np.float64)
     )
-    return torch.sparse.mm(doc_matrix, query_matrix.T).T.float()
+    query_rows = np.repeat(np.arange(queries.n_docs), np.diff(queries.offsets))
+    query_matrix = sparse_rows(
+        torch.from_numpy(query_rows),
+        torch.from_numpy(queries.term_ids),
+        torch.from_numpy(queries.tfs.astype(np.float64)),
+        (queries.n_docs, vocabulary),
+    )
+    return rank(inverted_index(doc_matrix), query_matrix).float()
 
 
 def evaluate(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
@@ -170,8 +181,8 @@ def write_run(path: str | Path, scores: torch.Tensor, collection: Collection, *,
     top = scores.topk(min(depth, scores.shape[1]), dim=1)
     lines = []
     for q, qid in enumerate(collection.query_ids):
-        for rank, (value, d) in enumerate(zip(top.values[q].tolist(), top.indices[q].tolist(), strict=True), 1):
-            lines.append(f"{qid} Q0 {collection.doc_ids[d]} {rank} {value:.6f} {tag}")
+        for position, (value, d) in enumerate(zip(top.values[q].tolist(), top.indices[q].tolist(), strict=True), 1):
+            lines.append(f"{qid} Q0 {collection.doc_ids[d]} {position} {value:.6f} {tag}")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n")
 
@@ -212,24 +223,25 @@ def write_synthetic_collection(
     words; the documents of that topic are relevant (rel 1).
     """
     rng = np.random.default_rng(seed)
-    common = [f"common{j}" for j in range(200)]
-    zipf = 1.0 / np.arange(1, len(common) + 1)
-    zipf /= zipf.sum()
     topic_of = rng.integers(0, n_topics, n_docs)
     docs = []
     for i in range(n_docs):
         length = int(rng.integers(*lengths))
-        n_topic = rng.binomial(length, topic_share)
-        words = [f"u{topic_of[i]}w{j}" for j in rng.integers(0, 25, n_topic)]
-        words += [f"u{(topic_of[i] + 1) % n_topics}w{j}" for j in rng.integers(0, 25, int(n_topic * neighbour_share))]
-        words += [common[j] for j in rng.choice(len(common), length - n_topic, p=zipf)]
-        rng.shuffle(words)
+        neighbour = f"u{(topic_of[i] + 1) % n_topics}"
+        words = synthetic_words(
+            rng,
+            length,
+            topic=f"u{topic_of[i]}",
+            topic_share=topic_share,
+            mixed_in=neighbour,
+            mixed_share=neighbour_share,
+        )
         docs.append(f"doc{i}\t{' '.join(words)}")
     queries, qrels = [], []
     for q in range(n_queries):
         topic = q % n_topics
         words = [f"u{topic}w{j}" for j in rng.integers(0, 25, query_words[0])]
-        words += [common[int(j)] for j in rng.integers(0, 20, query_words[1])]
+        words += [COMMON_WORDS[int(j)] for j in rng.integers(0, 20, query_words[1])]
         queries.append(f"query{q}\t{' '.join(words)}")
         qrels += [f"query{q} 0 doc{i} 1" for i in np.flatnonzero(topic_of == topic)]
     folder = Path(folder)

@@ -123,6 +123,10 @@ class LetorDataModule(pl.LightningDataModule):
         self.splits["val"] = train.subset(np.sort(order[:n_val]))
         self.splits["train"] = train.subset(np.sort(order[n_val:]))
 
+    def model_inputs(self) -> dict:
+        """What the model is built with: the feature width and the normalizer it carries into the export."""
+        return {"n_features": self.num_features, "normalizer": self.build_normalizer()}
+
     def build_normalizer(self) -> FeatureNormalizer:
         return FeatureNormalizer.fit(self.normalization, self.splits["train"].features)
 

@@ -61,6 +61,10 @@ class OrdinalStreamDataModule(pl.LightningDataModule):
     def num_features(self) -> int:
         return self.splits["train"][0].shape[1]
 
+    def model_inputs(self) -> dict:
+        """What the model is built with: the feature width and the normalizer it carries into the export."""
+        return {"n_features": self.num_features, "normalizer": self.build_normalizer()}
+
     def build_normalizer(self) -> FeatureNormalizer:
         return FeatureNormalizer("none", num_features=self.num_features)
 
@@ -207,11 +211,12 @@ class RatingsDataModule(OrdinalStreamDataModule):
         other_users, per_user = np.unique(others[:, 0], return_counts=True)
         kept = other_users[per_user >= self.min_common]
         others = others[np.isin(others[:, 0], kept)]
-        item_row = {item: row for row, item in enumerate(items)}
-        user_col = {user: col for col, user in enumerate(kept)}
+        # rows follow the target's items, columns the kept users (sorted by np.unique)
+        by_item = np.argsort(items, kind="stable")
+        rows = by_item[np.searchsorted(items[by_item], others[:, 1])]
+        columns = np.searchsorted(kept, others[:, 0])
         x = np.zeros((len(items), len(kept)), dtype=np.float32)
-        for user, item, rating in others:
-            x[item_row[item], user_col[user]] = rating - self.min_rating + 1
+        x[rows, columns] = others[:, 2] - self.min_rating + 1
         y = mine[:, 2] - self.min_rating
         order = np.random.default_rng(self.data_seed).permutation(len(items))
         n_val = max(1, round(self.fractions[0] * len(items)))

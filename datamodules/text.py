@@ -8,6 +8,7 @@ A corpus is stored as CSR arrays: document ``d``'s distinct terms are
 from __future__ import annotations
 
 import re
+import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -143,4 +144,81 @@ def load_corpus(path) -> tuple[Corpus, dict[str, np.ndarray]]:
     return corpus, extra
 
 
-__all__ = ["TOKENIZER", "Corpus", "CorpusBuilder", "corpus_from_texts", "load_corpus", "save_corpus", "tokenize"]
+# -- synthetic text for tests, benchmarks and smoke runs ------------------------------------------------
+COMMON_WORDS = [f"common{j}" for j in range(200)]
+_ZIPF = 1.0 / np.arange(1, len(COMMON_WORDS) + 1)
+_ZIPF /= _ZIPF.sum()
+
+
+def synthetic_words(
+    rng: np.random.Generator,
+    length: int,
+    *,
+    topic: str,
+    topic_share: float,
+    mixed_in: str | None = None,
+    mixed_share: float = 0.0,
+) -> list[str]:
+    """A shuffled bag of about ``length`` tokens: a Binomial(``topic_share``) share of the topic's
+    words ``{topic}w{j}`` (j < 25), ``mixed_share`` times as many words of topic ``mixed_in``, and
+    Zipf-distributed common words (stop-word-like) for the rest."""
+    n_topic = rng.binomial(length, topic_share)
+    words = [f"{topic}w{j}" for j in rng.integers(0, 25, n_topic)]
+    if mixed_in is not None:
+        words += [f"{mixed_in}w{j}" for j in rng.integers(0, 25, int(n_topic * mixed_share))]
+    words += [COMMON_WORDS[j] for j in rng.choice(len(COMMON_WORDS), length - n_topic, p=_ZIPF)]
+    rng.shuffle(words)
+    return words
+
+
+# -- sparse term matrices over CSR corpora (shared by LinkLearn, its validation and BM25) ------------
+def entry_index(offsets: torch.Tensor, docs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CSR entries of rows ``docs [P]``: ``owner [n]`` (0..P-1) and their positions ``[n]``.
+
+    Entries are ordered by owner, then as stored (a corpus keeps terms sorted per document).
+    """
+    start, count = offsets[docs], offsets[docs + 1] - offsets[docs]
+    owner = torch.repeat_interleave(torch.arange(len(docs), device=docs.device), count)
+    shift = torch.repeat_interleave(start - (torch.cumsum(count, 0) - count), count)
+    return owner, torch.arange(len(owner), device=docs.device) + shift
+
+
+def sparse_rows(
+    rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]
+) -> torch.Tensor:
+    """Coalesced sparse COO matrix with ``values`` at ``(rows, columns)`` (all ``[n]``)."""
+    indices = torch.stack([rows, columns])
+    return torch.sparse_coo_tensor(indices, values, shape, check_invariants=False).coalesce()
+
+
+def inverted_index(documents: torch.Tensor) -> torch.Tensor:
+    """Sparse COO ``[D, V]`` document weights -> sparse CSR ``[V, D]``: each term's postings."""
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": the product we use is stable
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return documents.t().coalesce().to_sparse_csr()
+
+
+def rank(index: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """``[Q, D]`` similarities of sparse ``queries [Q, V]`` against an ``inverted_index [V, D]``.
+
+    A sparse-sparse product touches only the postings of the query terms, never a dense ``[V, Q]``
+    query matrix (``bench/linklearn.py`` times both).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse.mm(queries.to_sparse_csr(), index).to_dense()
+
+
+__all__ = [
+    "TOKENIZER",
+    "Corpus",
+    "CorpusBuilder",
+    "corpus_from_texts",
+    "entry_index",
+    "inverted_index",
+    "load_corpus",
+    "rank",
+    "save_corpus",
+    "sparse_rows",
+    "tokenize",
+]

@@ -8,11 +8,11 @@ The link graph L(d) holds the articles linking to d or linked from d. Articles a
 into training and validation sets and links crossing the split are removed (section 4). Each epoch
 samples fresh (d, l+, l-) triples with l+ in L(d) and l- not in L(d). The parsed corpus is cached.
 
-Markup is stripped with regular expressions rather than mwparserfromhell: on the real dump
-fragment in ../shared/data/wikipedia the parser handles about 1.3 MB/s of wikitext, which would take
-over ten minutes for the paper's 150,000 articles; the expressions below are about 20x faster
-(``bench/linklearn.py`` prints both) and remove what the issue lists (templates, references, tables,
-files, categories, interlanguage links, comments, HTML tags, emphasis).
+Markup is stripped with regular expressions rather than mwparserfromhell, which is an order of
+magnitude slower on the real dump fragment in ../shared/data/wikipedia (``bench/linklearn.py``
+prints both throughputs; docs/benchmarks.md); the expressions remove what the issue lists
+(templates, references, tables, files, categories, interlanguage links, comments, HTML tags,
+emphasis).
 """
 
 from __future__ import annotations
@@ -33,7 +33,16 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from datamodules.text import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
+from datamodules.text import (
+    TOKENIZER,
+    Corpus,
+    CorpusBuilder,
+    entry_index,
+    load_corpus,
+    save_corpus,
+    synthetic_words,
+    tokenize,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +86,10 @@ def normalize_title(title: str) -> str:
     return title[:1].upper() + title[1:]
 
 
-def _remove_nested(pattern: re.Pattern, text: str) -> str:
-    """Remove innermost matches until none is left (templates and tables nest)."""
+def _remove_nested(pattern: re.Pattern, text: str, replace=" ") -> str:
+    """Replace innermost matches until none is left (templates, tables and links nest)."""
     while True:
-        text, count = pattern.subn(" ", text)
+        text, count = pattern.subn(replace, text)
         if not count:
             return text
 
@@ -118,19 +127,12 @@ class MarkupStripper:
                 return " "  # files, categories, interlanguage links
             return label if label is not None else target
 
-        text = self._links_out(text, replace_link)
+        # innermost first: [[File:x.jpg|a [[link]] in a caption]] loses the caption with the file
+        text = _remove_nested(LINK, text, replace_link)
         text = EXTERNAL.sub(r" \1 ", text)
         text = TAG.sub(" ", text)
         text = EMPHASIS.sub("", text)
         return HEADING.sub(r"\1", text)
-
-    @staticmethod
-    def _links_out(text: str, replace) -> str:
-        # innermost first: [[File:x.jpg|a [[link]] in a caption]] loses the caption with the file
-        while True:
-            text, count = LINK.subn(replace, text)
-            if not count:
-                return text
 
 
 def _open(path: Path):
@@ -299,6 +301,23 @@ def adjacency(n_docs: int, edges: np.ndarray) -> tuple[torch.Tensor, torch.Tenso
     return torch.from_numpy(offsets.astype(np.int64)), torch.from_numpy(np.ascontiguousarray(both[:, 1]))
 
 
+def linked_matrix(
+    offsets: torch.Tensor, neighbours: torch.Tensor, queries: torch.Tensor, candidates: torch.Tensor
+) -> torch.Tensor:
+    """``[Q, C]`` bool: whether ``candidates[c]`` is in L(``queries[q]``), on the queries' device.
+
+    ``offsets``/``neighbours`` are the CSR link graph (``adjacency``); no loop over queries.
+    """
+    column = torch.full((len(offsets) - 1,), -1, dtype=torch.long, device=queries.device)
+    column[candidates] = torch.arange(len(candidates), device=queries.device)
+    owner, index = entry_index(offsets, queries)
+    hit = column[neighbours[index]]
+    keep = hit >= 0
+    out = torch.zeros(len(queries), len(candidates), dtype=torch.bool, device=queries.device)
+    out[owner[keep], hit[keep]] = True
+    return out
+
+
 class TripleBatches:
     """Fresh (d, l+, l-) triples every time it is iterated (once per epoch), in batches ``[B, 3]``.
 
@@ -315,6 +334,10 @@ class TripleBatches:
         self.anchors = docs[(degree > 0) & (degree < len(docs) - 1)]
         self.saturated = int((degree >= len(docs) - 1).sum())
         self.batch_size, self.seed, self.epoch = batch_size, seed, 0
+        # rows ascending, neighbours sorted within a row: source * D + neighbour is sorted as a whole
+        self.n_docs = len(offsets) - 1
+        sources = torch.repeat_interleave(torch.arange(self.n_docs), offsets.diff())
+        self.edge_keys = sources * self.n_docs + neighbours
 
     def __len__(self) -> int:
         return -(-len(self.anchors) // self.batch_size)
@@ -335,19 +358,12 @@ class TripleBatches:
         return torch.stack([anchors, positives, negatives], 1)
 
     def linked(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Whether ``b[i]`` is in ``L(a[i])`` (binary search in the sorted neighbour lists)."""
-        start, end = self.offsets[a], self.offsets[a + 1]
-        found = torch.zeros(len(a), dtype=torch.bool)
-        lo, hi = start.clone(), end.clone()
-        for _ in range(int((end - start).max().clamp_min(1)).bit_length() + 1):
-            mid = (lo + hi) // 2
-            active = lo < hi
-            value = self.neighbours[mid.clamp_max(len(self.neighbours) - 1)]
-            found |= active & (value == b)
-            go_right = active & (value < b)
-            lo = torch.where(go_right, mid + 1, lo)
-            hi = torch.where(active & ~go_right, mid, hi)
-        return found
+        """Whether ``b[i]`` is in ``L(a[i])``: one binary search of ``a * D + b`` in the edge keys."""
+        if len(self.edge_keys) == 0:
+            return torch.zeros(len(a), dtype=torch.bool)
+        keys = a * self.n_docs + b
+        position = torch.searchsorted(self.edge_keys, keys).clamp_max(len(self.edge_keys) - 1)
+        return self.edge_keys[position] == keys
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         generator = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
@@ -394,7 +410,8 @@ class WikipediaDataModule(pl.LightningDataModule):
         self.statistics: dict[str, object] = {}
 
     def model_inputs(self) -> dict:
-        return {}  # the model reads the corpus from the datamodule when fitting
+        """Nothing: the model reads the corpus from the datamodule when it attaches to a trainer."""
+        return {}
 
     @property
     def corpus(self) -> Corpus:
@@ -448,10 +465,7 @@ class WikipediaDataModule(pl.LightningDataModule):
 
     def relevant(self, queries: torch.Tensor) -> torch.Tensor:
         """``[Q, D]`` bool: ``relevant[q, d]`` iff d is in L(queries[q])."""
-        out = torch.zeros(len(queries), self.corpus.n_docs, dtype=torch.bool)
-        for row, query in enumerate(queries.tolist()):
-            out[row, self.neighbours[self.offsets[query] : self.offsets[query + 1]]] = True
-        return out
+        return linked_matrix(self.offsets, self.neighbours, queries, torch.arange(self.corpus.n_docs))
 
 
 def write_synthetic_dump(
@@ -466,18 +480,12 @@ def write_synthetic_dump(
     interlanguage link and a comment. Written as ``.xml.bz2`` when ``path`` ends so.
     """
     rng = np.random.default_rng(seed)
-    common = [f"common{j}" for j in range(200)]
-    zipf = 1.0 / np.arange(1, len(common) + 1)
-    zipf /= zipf.sum()
     topic_of = rng.integers(0, n_topics, n_articles)
     members = {t: np.flatnonzero(topic_of == t) for t in range(n_topics)}
     pages = []
     for i in range(n_articles):
         length = int(rng.integers(40, 300))
-        n_topic = rng.binomial(length, 0.3)
-        words = [f"t{topic_of[i]}w{j}" for j in rng.integers(0, 25, n_topic)]
-        words += [common[j] for j in rng.choice(len(common), length - n_topic, p=zipf)]
-        rng.shuffle(words)
+        words = synthetic_words(rng, length, topic=f"t{topic_of[i]}", topic_share=0.3)
         same = members[topic_of[i]]
         targets = [int(j) for j in rng.choice(same, min(links_per_article, len(same)), replace=False) if j != i]
         links = " ".join(

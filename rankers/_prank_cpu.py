@@ -1,11 +1,12 @@
 """A fused C++ loop for PRank streams on CPU, compiled on first use (torch.utils.cpp_extension).
 
-Why hand-written: on CPU the tensor formulation pays a dozen op dispatches per example (about
-150 us a step for 20 x 100 perceptrons, ``bench/perceptron.py``), whatever the arithmetic. The
-perceptrons of the ensemble are independent given the stream and the Bernoulli draws, so this loop
-streams the examples through blocks of perceptrons of one run, keeping their weights and
-thresholds in cache, and spreads the (run, block) items over the cores. It computes exactly Algorithm 1 under
-Algorithm 2's presentation, like ``PRankEnsemble._step``, and a test checks both paths agree.
+Why hand-written: on CPU the tensor formulation pays a dozen op dispatches per example whatever
+the arithmetic, which held it near 5x the one-run-at-a-time reference (``bench/perceptron.py
+--tensor-path`` against the default). The perceptrons of the ensemble are independent given the
+stream and the Bernoulli draws, so this loop streams the examples through blocks of perceptrons of
+one run, keeping their weights and thresholds in cache, and spreads the (run, block) items over the
+cores. It computes exactly Algorithm 1 under Algorithm 2's presentation, like
+``PRankEnsemble._step``, and a test checks both paths agree.
 
 If the compiler or ninja is missing, ``kernel()`` returns None and the tensor path runs instead.
 """

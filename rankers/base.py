@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -12,6 +13,7 @@ from torchmetrics import MaxMetric, MeanMetric
 
 from datamodules.normalization import FeatureNormalizer
 from metrics import ranking_metrics
+from rankers.export import export_scorer
 
 Batch = dict[str, Tensor]
 
@@ -109,3 +111,7 @@ class RankerModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": self.monitor, "interval": "epoch"},
         }
+
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """``scorer.pt``, ``scorer.onnx`` and ``meta.json``: raw ``[L, F]`` features in, ``[L]`` scores out."""
+        return export_scorer(self.normalizer, self.scorer, out_dir, self.hparams.n_features)

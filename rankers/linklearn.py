@@ -12,14 +12,13 @@ similarities are sparse intersections of the sorted term lists. Inputs enter the
 ``log1p(tf)``, ``idf`` and ``log1p(len / mean len)``: a fixed rescaling so one learning rate suits all
 three (the paper does not specify input scaling), and length relative to the collection's mean (as
 in BM25's ``l_d / L``) so the model learned on Wikipedia transfers to collections of shorter or
-longer documents; on our synthetic transfer check this raised MAP from 0.648 to 0.676.
+longer documents (``bench/linklearn_transfer.py``, docs/linklearn.md).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from datamodules.adhoc import bm25_idf, bm25_term_weight
-from datamodules.text import TOKENIZER, Corpus
+from datamodules.text import TOKENIZER, Corpus, entry_index, inverted_index, rank, sparse_rows
+from datamodules.wikipedia import linked_matrix
 from losses import linklearn_hinge
 from metrics.functional import average_precision
 
@@ -78,8 +78,8 @@ class TermWeight(nn.Module):
     def init_tfidf_(self) -> None:
         """Start f near a tf-idf weight with pivoted length normalization (Singhal et al. 1996):
         ``log1p(tf) * idf / sqrt(0.25 + 0.75 len/mean len)``, and let SGD refine it. The paper does not
-        say how it initialized; constant factors (a count of shared terms) ignore rarity: on the real
-        Wikipedia fragment's validation task they score 0.41 MAP, this start 0.66, BM25 0.71."""
+        say how it initialized; constant factors (a count of shared terms) ignore rarity and score far
+        below BM25 on real text (``bench/linklearn_transfer.py`` prints both starts; docs/linklearn.md)."""
         u = torch.linspace(math.log(2.0), math.log(1000.0), 64)  # log1p(tf), tf in 1..1000
         self.tf_mlp.fit_(u, u)
         idf = torch.linspace(0.0, 15.0, 64)
@@ -98,17 +98,6 @@ class TermWeight(nn.Module):
             self.idf_mlp.layers(corpus["idf_values"].unsqueeze(-1)).squeeze(-1),
             self.len_mlp.layers(torch.log1p(corpus["length_values"]).unsqueeze(-1)).squeeze(-1),
         )
-
-
-def entry_index(offsets: Tensor, docs: Tensor) -> tuple[Tensor, Tensor]:
-    """The (document, term) entries of ``docs [P]``: ``owner [n]`` (0..P-1) and their CSR positions ``[n]``.
-
-    Entries are ordered by owner, then by term id (the corpus keeps terms sorted per document).
-    """
-    start, count = offsets[docs], offsets[docs + 1] - offsets[docs]
-    owner = torch.repeat_interleave(torch.arange(len(docs), device=docs.device), count)
-    shift = torch.repeat_interleave(start - (torch.cumsum(count, 0) - count), count)
-    return owner, torch.arange(len(owner), device=docs.device) + shift
 
 
 def gather_entries(corpus: dict[str, Tensor], docs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -137,28 +126,12 @@ def pair_similarity(
     """``sim [P]`` of pairs given each side's ``(owner, term, weight)`` entries (sorted by owner, term)."""
     a_key = a[0] * vocabulary_size + a[1]
     b_key = b[0] * vocabulary_size + b[1]
-    position = torch.searchsorted(a_key, b_key).clamp_max(max(len(a_key) - 1, 0))
     if len(a_key) == 0:
         return torch.zeros(n_pairs, device=a_key.device)
+    position = torch.searchsorted(a_key, b_key).clamp_max(len(a_key) - 1)
     shared = a_key[position] == b_key
     products = a[2][position[shared]] * b[2][shared]
     return torch.zeros(n_pairs, device=products.device, dtype=products.dtype).index_add(0, b[0][shared], products)
-
-
-def inverted_index(documents: Tensor) -> Tensor:
-    """Sparse COO ``[D, V]`` document weights -> sparse CSR ``[V, D]``: each term's postings."""
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": the product we use is stable
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return documents.t().coalesce().to_sparse_csr()
-
-
-def rank(index: Tensor, queries: Tensor) -> Tensor:
-    """``[Q, D]`` similarities of sparse ``queries [Q, V]`` against an ``inverted_index [V, D]``.
-
-    A sparse-sparse product touches only the postings of the query terms (about 50x faster than
-    a dense ``[V, Q]`` query matrix at V = 200,000, and without its memory).
-    """
-    return torch.sparse.mm(queries.to_sparse_csr(), index).to_dense()
 
 
 class LinkLearnModule(pl.LightningModule):
@@ -188,12 +161,18 @@ class LinkLearnModule(pl.LightningModule):
         self.val_map, self.val_map_bm25 = MeanMetric(), MeanMetric()
         self.bm25_index: Tensor | None = None
         self.corpus: dict[str, Tensor] | None = None
+        self.graph: tuple[Tensor, Tensor] | None = None
 
     # -- data ---------------------------------------------------------------------------------
     def _attach(self) -> None:
+        """Corpus tensors (with the distinct-value codes) and link graph on this device, built once."""
+        if self.corpus is not None and self.corpus["offsets"].device == self.device:
+            return
         datamodule = self.trainer.datamodule
         self.corpus = datamodule.corpus.tensors(self.device)
         self.vocabulary_size = len(datamodule.corpus.vocabulary)
+        self.graph = (datamodule.offsets.to(self.device), datamodule.neighbours.to(self.device))
+        self.bm25_index = None
 
     def on_fit_start(self) -> None:
         self._attach()
@@ -202,17 +181,9 @@ class LinkLearnModule(pl.LightningModule):
         self._attach()
 
     def weighted_entries(self, docs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(owner, term, f)`` of ``docs [P]``, each MLP run on the distinct values of the batch."""
+        """``(owner, term, f)`` of ``docs [P]``, each MLP run on the corpus's distinct values."""
         assert self.corpus is not None
         return entry_weights(self.term_weight, self.corpus, docs)
-
-    def similarity(self, a: Tensor, b: Tensor) -> Tensor:
-        """``sim(a[i], b[i])`` for document index tensors ``a, b [P]``."""
-        both = self.weighted_entries(torch.cat([a, b]))
-        first = both[0] < len(a)
-        side_a = tuple(t[first] for t in both)
-        side_b = (both[0][~first] - len(a), both[1][~first], both[2][~first])
-        return pair_similarity(side_a, side_b, len(a), self.vocabulary_size)
 
     # -- training -----------------------------------------------------------------------------
     def training_step(self, triples: Tensor, batch_idx: int) -> Tensor:
@@ -231,10 +202,9 @@ class LinkLearnModule(pl.LightningModule):
 
     # -- validation: each validation document is a query, its links the relevant documents ------
     def on_validation_epoch_start(self) -> None:
-        datamodule = self.trainer.datamodule
-        self.val_docs = datamodule.val_docs.to(self.device)
+        self.val_docs = self.trainer.datamodule.val_docs.to(self.device)
         self.val_index = inverted_index(self.document_matrix(self.val_docs))
-        if getattr(self, "bm25_index", None) is None or self.bm25_index.device != self.device:
+        if self.bm25_index is None:  # BM25 has no parameters: one index per attach
             self.bm25_index = inverted_index(self.bm25_matrix(self.val_docs))
 
     def bm25_matrix(self, docs: Tensor, *, query: bool = False) -> Tensor:
@@ -243,34 +213,30 @@ class LinkLearnModule(pl.LightningModule):
         assert self.corpus is not None
         datamodule = self.trainer.datamodule
         owner, index = entry_index(self.corpus["offsets"], docs)
-        term, tf = self.corpus["term_ids"][index], self.corpus["tfs"][index]
+        term, values = self.corpus["term_ids"][index], self.corpus["tfs"][index]
         if not query:
             idf = torch.as_tensor(bm25_idf(datamodule.corpus), dtype=torch.float32, device=self.device)
             lengths = self.corpus["lengths"]
-            tf = bm25_term_weight(
-                tf, lengths[docs][owner], idf[term], lengths.mean(), k1=datamodule.bm25_k1, b=datamodule.bm25_b
+            values = bm25_term_weight(
+                values, lengths[docs][owner], idf[term], lengths.mean(), k1=datamodule.bm25_k1, b=datamodule.bm25_b
             )
-        shape = (len(docs), self.vocabulary_size)
-        return torch.sparse_coo_tensor(torch.stack([owner, term]), tf, shape, check_invariants=False).coalesce()
+        return sparse_rows(owner, term, values, (len(docs), self.vocabulary_size))
 
     def document_matrix(self, docs: Tensor) -> Tensor:
-        """Sparse ``[len(docs), V]`` matrix of term weights ``f`` (CSR)."""
+        """Sparse COO ``[len(docs), V]`` matrix of term weights ``f``."""
         with torch.no_grad():
             owner, term, weight = self.weighted_entries(docs)
-        indices = torch.stack([owner, term])
-        matrix = torch.sparse_coo_tensor(indices, weight, (len(docs), self.vocabulary_size), check_invariants=False)
-        return matrix.coalesce()
+        return sparse_rows(owner, term, weight, (len(docs), self.vocabulary_size))
 
     def validation_step(self, queries: Tensor, batch_idx: int) -> None:
         queries = queries.to(self.device)
-        scores = rank(self.val_index, self.document_matrix(queries))  # [Q, D_val]
-        relevant = self.trainer.datamodule.relevant(queries.cpu())[:, self.val_docs.cpu()].to(self.device)
+        relevant = linked_matrix(*self.graph, queries, self.val_docs).float()  # [Q, D_val], on device
         mask = self.val_docs.unsqueeze(0) != queries.unsqueeze(1)  # a query does not retrieve itself
-        ap = average_precision(scores, relevant.float(), mask)
-        self.val_map.update(ap)
+        scores = rank(self.val_index, self.document_matrix(queries))
+        self.val_map.update(average_precision(scores, relevant, mask))
         self.log("val/map", self.val_map, on_epoch=True, prog_bar=True, batch_size=len(queries))
         bm25 = rank(self.bm25_index, self.bm25_matrix(queries, query=True))
-        self.val_map_bm25.update(average_precision(bm25, relevant.float(), mask))
+        self.val_map_bm25.update(average_precision(bm25, relevant, mask))
         self.log("val/map_bm25", self.val_map_bm25, on_epoch=True, batch_size=len(queries))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -290,12 +256,8 @@ class LinkLearnModule(pl.LightningModule):
             for corpus in (docs, query):
                 ids = torch.arange(len(corpus["offsets"]) - 1, device=device)
                 owner, term, weight = entry_weights(self.term_weight, corpus, ids)
-                matrices.append(
-                    torch.sparse_coo_tensor(
-                        torch.stack([owner, term]), weight, (len(ids), vocabulary), check_invariants=False
-                    )
-                )
-            return rank(inverted_index(matrices[0].coalesce()), matrices[1].coalesce())
+                matrices.append(sparse_rows(owner, term, weight, (len(ids), vocabulary)))
+            return rank(inverted_index(matrices[0]), matrices[1])
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``term_weight.pt`` (TorchScript ``f(tf, idf, len)``) and ``meta.json`` (how to score with it)."""

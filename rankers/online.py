@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -12,6 +13,7 @@ from torchmetrics import MeanMetric
 from datamodules.normalization import FeatureNormalizer
 from metrics import ranking_metrics
 from metrics.functional import rank_loss
+from rankers.export import export_scorer
 from rankers.perceptron import PRankEnsemble, WidrowHoff, rank_of
 from rankers.scorers import LinearScorer
 
@@ -85,7 +87,7 @@ class OnlineOrdinalModule(pl.LightningModule):
                 seed=seed,
                 keep_history=keep_history,
             )
-        self.online_error, self.online_count = 0.0, 0
+        self.online_error, self.online_count = torch.zeros(()), 0
         # Lightning counts training steps by optimizer steps (checkpointing and logging depend on
         # it); the perceptron update is no gradient step, so a no-op optimizer marks each batch.
         self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
@@ -116,7 +118,8 @@ class OnlineOrdinalModule(pl.LightningModule):
         features, labels = self._stream(batch)
         online = self._online_predictions(features, labels)
         self.optimizers().step()
-        self.online_error += float((online - labels).abs().sum())
+        # a tensor sum: no host sync per batch (the progress bar reads it when it refreshes)
+        self.online_error = self.online_error + (online - labels).abs().sum()
         self.online_count += labels.numel()
         self.log(
             "train/online_rank_loss",
@@ -129,9 +132,8 @@ class OnlineOrdinalModule(pl.LightningModule):
 
     def _online_predictions(self, features: Tensor, labels: Tensor) -> Tensor:
         """Stream the batch; the prediction of the combined model before each update, ``[T]``."""
-        if isinstance(self.learner, WidrowHoff):
-            return self.learner.partial_fit(features[None], labels[None])[0, 0]
-        if self.combine == "voted":  # the voted rule needs the whole history: log the current hypothesis
+        if isinstance(self.learner, WidrowHoff) or self.combine == "voted":
+            # one model (Widrow-Hoff), or a rule that needs the whole history (voted): the current hypothesis
             return self.learner.partial_fit(features[None], labels[None])[0, 0]
         return self.learner.partial_fit(features[None], labels[None], combine=self.combine)[0]
 
@@ -180,7 +182,7 @@ class OnlineOrdinalModule(pl.LightningModule):
             state["generator"] = self.learner.generator.get_state()
             state["history"] = self.learner.history
         checkpoint["online_learner"] = state
-        checkpoint["online_loss"] = (self.online_error, self.online_count)
+        checkpoint["online_loss"] = (float(self.online_error), self.online_count)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         for name, value in checkpoint["online_learner"].items():
@@ -190,7 +192,8 @@ class OnlineOrdinalModule(pl.LightningModule):
                 self.learner.history = list(value)
             else:
                 setattr(self.learner, name, value)
-        self.online_error, self.online_count = checkpoint["online_loss"]
+        error, self.online_count = checkpoint["online_loss"]
+        self.online_error = torch.tensor(error)
 
     @property
     def scorer(self) -> nn.Module:
@@ -202,18 +205,20 @@ class OnlineOrdinalModule(pl.LightningModule):
             scorer.linear.bias.zero_()
         return scorer
 
-    def export_extra(self, out_dir: Any) -> dict[str, str]:
-        """``grader.pt``: raw features ``[L, F]`` -> predicted grade ``[L]`` (OAP-BPM rule)."""
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """The standard scorer export of ``w . x``, plus ``grader.pt``: raw features ``[L, F]`` ->
+        predicted grade ``[L]`` (averaged weights and thresholds, the OAP-BPM rule)."""
+        exported = export_scorer(self.normalizer, self.scorer, out_dir, self.hparams.n_features)
         if isinstance(self.learner, WidrowHoff):
-            return {}
-        path = f"{out_dir}/grader.pt"
+            return exported
+        path = Path(out_dir) / "grader.pt"
         grader = Grader(
             self.normalizer.cpu(),
             self.linear_weights().detach().cpu(),
             self.learner.thresholds[0].mean(0).detach().cpu(),
         )
-        torch.jit.save(torch.jit.script(grader), path)
-        return {"grader": path}
+        torch.jit.save(torch.jit.script(grader), str(path))
+        return {**exported, "grader": str(path)}
 
 
 __all__ = ["Grader", "OnlineOrdinalModule", "rank_of"]

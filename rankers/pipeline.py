@@ -10,12 +10,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from datamodules.adhoc import adhoc_evaluation
 from metrics import ranking_metrics
-from rankers.export import export_scorer
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,26 @@ def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
     return {name: float(metric.compute()) for name, metric in metrics.items() if name in RESULT_KEYS}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose_config(overrides: list[str], *, output_dir: str | Path, data_dir: str | Path | None = None) -> DictConfig:
+    """The config ``train.py`` would run with these overrides, composed outside a Hydra app (tests,
+    benchmarks, notebooks); the run writes to ``output_dir``, generated data and caches go under
+    ``data_dir`` when given."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.paths.root_dir = str(ROOT)
+        if data_dir is not None:
+            cfg.paths.data_dir = str(data_dir)
+            cfg.paths.cache_dir = str(Path(data_dir) / "parsed")
+        cfg.paths.output_dir = str(output_dir)
+    HydraConfig().set_config(cfg)
+    return cfg
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
     pl.seed_everything(cfg.seed, workers=True)
@@ -85,10 +107,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    if hasattr(datamodule, "model_inputs"):  # e.g. LinkLearn takes its corpus from the datamodule at fit time
-        model = instantiate(cfg.model, **datamodule.model_inputs())
-    else:
-        model = instantiate(cfg.model, n_features=datamodule.num_features, normalizer=datamodule.build_normalizer())
+    model = instantiate(cfg.model, **datamodule.model_inputs())
     loggers = _instantiate_group(cfg.get("logger"))
     callbacks = _instantiate_group(cfg.get("callbacks"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
@@ -123,12 +142,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["test_random_scores"] = baseline
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
-        if hasattr(model, "export_model"):  # models that are not a [L, F] -> [L] scorer export themselves
-            results["export"] = model.export_model(out / "export")
-        else:
-            results["export"] = export_scorer(model.normalizer, model.scorer, out / "export", datamodule.num_features)
-        if hasattr(model, "export_extra"):
-            results["export"].update(model.export_extra(out / "export"))
+        results["export"] = model.export_model(out / "export")
     if getattr(datamodule, "adhoc_dir", None) and hasattr(model, "score_collection") and trainer.is_global_zero:
         results["adhoc"] = adhoc_evaluation(
             model, datamodule.adhoc_dir, out / "runs", k1=datamodule.bm25_k1, b=datamodule.bm25_b

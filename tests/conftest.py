@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
+
+from rankers.pipeline import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -41,16 +41,8 @@ def make_cfg(tmp_path: Path, data_dir: Path) -> Callable[..., DictConfig]:
     """``make_cfg(*overrides, out=...)``: the composed config of ``train.py`` with tiny data."""
 
     def build(*overrides: str, out: Path | None = None, tiny: bool = True) -> DictConfig:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            cfg = compose("config", overrides=[*(TINY if tiny else []), *overrides], return_hydra_config=True)
-        with open_dict(cfg):
-            cfg.paths.root_dir = str(ROOT)
-            cfg.paths.data_dir = str(data_dir)
-            cfg.paths.cache_dir = str(data_dir / "parsed")
-            cfg.paths.output_dir = str(out or tmp_path / "run")
-        HydraConfig().set_config(cfg)
-        return cfg
+        all_overrides = [*(TINY if tiny else []), *overrides]
+        return compose_config(all_overrides, output_dir=out or tmp_path / "run", data_dir=data_dir)
 
     yield build
     GlobalHydra.instance().clear()
