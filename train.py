@@ -4,6 +4,8 @@ import hydra
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
+import rankers.pipeline  # noqa: F401  (registers the config resolvers)
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:

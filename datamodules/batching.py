@@ -14,13 +14,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from typing import TypedDict
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Sampler
+from typing_extensions import NotRequired
 
-Batch = dict[str, Tensor]
+
+class Batch(TypedDict):
+    """A batch of whole queries, the one type every producer and consumer of query data uses.
+
+    Padding is marked by ``mask`` only: what a padded entry of ``features`` or ``labels`` holds
+    never reaches a value or a gradient.
+    """
+
+    features: Tensor  # [B, L, F] float32, raw (normalization happens inside the model)
+    labels: Tensor  # [B, L] float32 graded relevance, 0 = not relevant
+    mask: Tensor  # [B, L] bool, True = a real document
+    query_index: NotRequired[Tensor]  # [B] long, the query's index in its split
+
+
+class StreamBatch(TypedDict):
+    """A slice of an ordinal stream (PRank, OAP, Widrow-Hoff), in stream order."""
+
+    features: Tensor  # [B, d] float32
+    labels: Tensor  # [B] long, 0-based ranks
 
 
 def sample_lists(batch: Batch, max_list_length: int | None, generator: torch.Generator) -> Batch:

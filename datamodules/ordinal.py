@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from datamodules.batching import StreamBatch
 from datamodules.normalization import FeatureNormalizer
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class OrdinalStreamDataModule(pl.LightningDataModule):
         return self._loader("test", self.eval_batch_size)
 
 
-def _as_batch(items: list) -> dict[str, torch.Tensor]:
+def _as_batch(items: list) -> StreamBatch:
     x, y = zip(*items, strict=True)
     return {"features": torch.stack(x), "labels": torch.stack(y)}
 

@@ -1,5 +1,5 @@
 """Ranking metrics: pure functions in ``metrics.functional``, torchmetrics classes here."""
 
-from metrics.modules import RankingMetric, ranking_metrics
+from metrics.modules import RankingMetric, best_metric, higher_is_better, monitor_mode, ranking_metrics
 
-__all__ = ["RankingMetric", "ranking_metrics"]
+__all__ = ["RankingMetric", "best_metric", "higher_is_better", "monitor_mode", "ranking_metrics"]

@@ -12,18 +12,64 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
+from torchmetrics import MaxMetric, Metric, MinMetric
 
 from metrics import functional as F
 
 QueryMetric = Callable[..., Tensor]
+
+# Whether a larger value is better, for every per-query metric and every name the rankers log
+# (by its base: ``val/ndcg@10`` -> ``ndcg``). Checkpointing, early stopping and the running best
+# read it from here (``monitor_mode``), so no config states a direction of its own.
+HIGHER_IS_BETTER: dict[str, bool] = {
+    "ndcg": True,
+    "dcg": True,
+    "average_precision": True,
+    "map": True,
+    "reciprocal_rank": True,
+    "mrr": True,
+    "precision": True,
+    "p": True,
+    "r_precision": True,
+    "winner_takes_all": False,
+    "wta": False,
+    "pairwise_error": False,
+    "kpartite_error": False,
+    "rank_loss": False,
+    "loss": False,
+}
+
+
+def higher_is_better(name: str) -> bool:
+    """Direction of a metric or logged name: ``"val/ndcg@10"``, ``"test/rank_loss"``, ``"ndcg"``..."""
+    base = name.rsplit("/", 1)[-1].split("@", 1)[0]
+    if base not in HIGHER_IS_BETTER:
+        raise KeyError(f"no known direction for metric {name!r} (known: {sorted(HIGHER_IS_BETTER)})")
+    return HIGHER_IS_BETTER[base]
+
+
+def monitor_mode(name: str) -> str:
+    """``"max"`` or ``"min"`` for Lightning's checkpoint and early-stopping callbacks."""
+    return "max" if higher_is_better(name) else "min"
+
+
+def best_metric(name: str) -> MaxMetric | MinMetric:
+    """The running best of a monitored value: a ``MaxMetric`` or ``MinMetric`` by its direction."""
+    return MaxMetric() if higher_is_better(name) else MinMetric()
 
 
 class RankingMetric(Metric):
     """Mean over queries of ``fn(scores, labels, mask, **options)``.
 
     ``update(scores [B, L], labels [B, L], mask [B, L] | None)``; ``compute() -> scalar``.
-    Queries with no real document are not counted.
+    Queries with no real document are not counted. ``higher_is_better`` follows ``fn``.
+
+    Example:
+        >>> import torch
+        >>> metric = RankingMetric(F.ndcg, k=2)
+        >>> metric.update(torch.tensor([[0.9, 0.1, 0.5]]), torch.tensor([[1.0, 0.0, 0.0]]))
+        >>> round(float(metric.compute()), 4), metric.higher_is_better
+        (1.0, True)
     """
 
     full_state_update = False
@@ -31,6 +77,7 @@ class RankingMetric(Metric):
     def __init__(self, fn: QueryMetric, **options: Any) -> None:
         super().__init__()
         self.fn = fn
+        self._higher_is_better = higher_is_better(fn.__name__)
         self.options = options
         self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
@@ -45,6 +92,10 @@ class RankingMetric(Metric):
 
     def compute(self) -> Tensor:
         return (self.total / self.count.clamp_min(1)).float()
+
+    @property
+    def higher_is_better(self) -> bool:  # torchmetrics declares it per class; ours follows ``fn``
+        return self._higher_is_better
 
 
 def ranking_metrics(

@@ -9,13 +9,27 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
-from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics import MeanMetric
 
+from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
-from metrics import ranking_metrics
+from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
 
-Batch = dict[str, Tensor]
+
+class PassLimit:
+    """For learners whose training length is a number of passes over the data (``epochs``: the
+    online rankers, LinkLearn) rather than the trainer's ``max_epochs``: they stop the trainer
+    after their last pass, and refuse a trainer that would stop them earlier."""
+
+    def check_passes(self: pl.LightningModule, passes: int) -> None:
+        limit = self.trainer.max_epochs
+        if limit is not None and 0 <= limit < passes:
+            raise ValueError(f"model.epochs={passes} needs trainer.max_epochs >= {passes} (it is {limit})")
+
+    def stop_after(self: pl.LightningModule, passes: int) -> None:
+        if self.current_epoch + 1 >= passes:
+            self.trainer.should_stop = True
 
 
 class RankerModule(pl.LightningModule):
@@ -30,6 +44,8 @@ class RankerModule(pl.LightningModule):
         normalizer: the datamodule's ``FeatureNormalizer`` (part of the model, hence of the export).
         ks: NDCG cut-offs logged as ``val/ndcg@k``; must contain the monitored one.
         gain, empty: metric conventions, see ``metrics.functional``; logged as hyperparameters.
+        monitor: the validation metric for checkpoints and early stopping; its direction comes
+            from ``metrics.higher_is_better``.
     """
 
     def __init__(
@@ -45,7 +61,6 @@ class RankerModule(pl.LightningModule):
         gain: str = "exp2",
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
-        monitor_mode: str = "max",
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only
@@ -56,7 +71,7 @@ class RankerModule(pl.LightningModule):
         self.train_loss, self.val_loss = MeanMetric(), MeanMetric()
         self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
         self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-        self.val_best = MaxMetric()
+        self.val_best = best_metric(monitor)  # max or min by the metric's direction
         self.monitor = monitor
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -32,6 +32,7 @@ from datamodules.text import TOKENIZER, Corpus, entry_index, inverted_index, ran
 from datamodules.wikipedia import linked_matrix
 from losses import linklearn_hinge
 from metrics.functional import average_precision
+from rankers.base import PassLimit
 
 
 class ScalarMLP(nn.Module):
@@ -134,7 +135,7 @@ def pair_similarity(
     return torch.zeros(n_pairs, device=products.device, dtype=products.dtype).index_add(0, b[0][shared], products)
 
 
-class LinkLearnModule(pl.LightningModule):
+class LinkLearnModule(PassLimit, pl.LightningModule):
     """Trains ``TermWeight`` on (d, l+, l-) triples; validates on the linked-documents retrieval task.
 
     The corpus comes from the datamodule (``trainer.datamodule.corpus``); training batches are
@@ -150,7 +151,6 @@ class LinkLearnModule(pl.LightningModule):
         margin: float = 1.0,
         optimizer: Any = None,
         monitor: str = "val/map",
-        monitor_mode: str = "max",
         epochs: int = 10,
     ) -> None:
         super().__init__()
@@ -175,7 +175,11 @@ class LinkLearnModule(pl.LightningModule):
         self.bm25_index = None
 
     def on_fit_start(self) -> None:
+        self.check_passes(self.hparams.epochs)
         self._attach()
+
+    def on_train_epoch_end(self) -> None:
+        self.stop_after(self.hparams.epochs)
 
     def on_validation_start(self) -> None:
         self._attach()

@@ -10,9 +10,11 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from datamodules.batching import Batch, StreamBatch
 from datamodules.normalization import FeatureNormalizer
 from metrics import ranking_metrics
 from metrics.functional import rank_loss
+from rankers.base import PassLimit
 from rankers.export import export_scorer
 from rankers.perceptron import PRankEnsemble, WidrowHoff, rank_of
 from rankers.scorers import LinearScorer
@@ -42,7 +44,7 @@ class Grader(nn.Module):
         return (score.unsqueeze(-1) - self.thresholds >= 0).long().cumprod(-1).sum(-1)
 
 
-class OnlineOrdinalModule(pl.LightningModule):
+class OnlineOrdinalModule(PassLimit, pl.LightningModule):
     """PRank / PRank-VP / OAP-BPM / OAP-Bagg / OAP-VP / Widrow-Hoff trained on the stream in order.
 
     Batches are ``{"features": [B, d], "labels": [B]}`` (ordinal streams) or LETOR batches
@@ -65,7 +67,6 @@ class OnlineOrdinalModule(pl.LightningModule):
         epochs: int = 1,
         normalizer: FeatureNormalizer | None = None,
         monitor: str = "val/rank_loss",
-        monitor_mode: str = "min",
     ) -> None:
         super().__init__()
         if algorithm not in ALGORITHMS:
@@ -95,7 +96,7 @@ class OnlineOrdinalModule(pl.LightningModule):
         self.val_metrics = nn.ModuleDict(ranking_metrics())
         self.test_metrics = nn.ModuleDict(ranking_metrics())
 
-    def _stream(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    def _stream(self, batch: Batch | StreamBatch) -> tuple[Tensor, Tensor]:
         features, labels = batch["features"], batch["labels"]
         if "mask" in batch:  # LETOR batch: its real documents, in order
             features, labels = features[batch["mask"]], labels[batch["mask"]]
@@ -106,7 +107,11 @@ class OnlineOrdinalModule(pl.LightningModule):
         return features, labels
 
     def on_fit_start(self) -> None:
+        self.check_passes(self.hparams.epochs)
         self.learner.to(self.device)
+
+    def on_train_epoch_end(self) -> None:
+        self.stop_after(self.hparams.epochs)
 
     def on_validation_start(self) -> None:
         self.learner.to(self.device)  # a checkpoint may have been loaded onto another device
@@ -114,7 +119,7 @@ class OnlineOrdinalModule(pl.LightningModule):
     def on_test_start(self) -> None:
         self.learner.to(self.device)
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+    def training_step(self, batch: Batch | StreamBatch, batch_idx: int) -> None:
         features, labels = self._stream(batch)
         online = self._online_predictions(features, labels)
         self.optimizers().step()
@@ -151,7 +156,7 @@ class OnlineOrdinalModule(pl.LightningModule):
             return self.learner.weights[0, 0]
         return self.learner.weights[0].mean(0)
 
-    def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
+    def _evaluate(self, batch: Batch | StreamBatch, stage: str) -> None:
         features, labels = self._stream(batch)
         loss_metric = self.val_rank_loss if stage == "val" else self.test_rank_loss
         loss_metric.update(
@@ -166,10 +171,10 @@ class OnlineOrdinalModule(pl.LightningModule):
                 metric.update(scores, batch["labels"], batch["mask"])
                 self.log(f"{stage}/{name}", metric, on_epoch=True, batch_size=batch["mask"].shape[0])
 
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: Batch | StreamBatch, batch_idx: int) -> None:
         self._evaluate(batch, "val")
 
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+    def test_step(self, batch: Batch | StreamBatch, batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -17,11 +17,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from datamodules.adhoc import adhoc_evaluation
-from metrics import ranking_metrics
+from metrics import monitor_mode, ranking_metrics
 
 log = logging.getLogger(__name__)
 
 RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
+
+# conf/callbacks: `mode: ${monitor_mode:${model.monitor}}`, the direction the metric declares
+OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
 
 
 def _instantiate_group(group: DictConfig | None) -> list[Any]:

@@ -84,7 +84,7 @@ def test_training_from_the_config_learns_and_evaluates_both_models(make_cfg, tmp
         "data=wikipedia",
         f"data.path={dump}",
         f"data.adhoc_dir={adhoc}",
-        "trainer.max_epochs=4",
+        "model.epochs=4",
         "trainer.log_every_n_steps=1",
         "callbacks.progress_bar.refresh_rate=0",
         out=tmp_path / "run",
@@ -124,7 +124,7 @@ def test_sgd_learns_the_weighting_from_links(make_cfg, tmp_path, wiki):
     # from constant factors (a count of shared terms), the hinge on linked triples must find rarity
     dump, _ = wiki
     overrides = ["model=linklearn", "data=wikipedia", f"data.path={dump}", "model.init=ones"]
-    overrides += ["model.optimizer.lr=0.05", "trainer.max_epochs=4", "callbacks.progress_bar.refresh_rate=0"]
+    overrides += ["model.optimizer.lr=0.05", "model.epochs=4", "callbacks.progress_bar.refresh_rate=0"]
     cfg = make_cfg(*overrides, "export=false", out=tmp_path / "run", tiny=False)
     results = train(cfg)
     before = _untrained_val_map(dump, cfg, "ones")
