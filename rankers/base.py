@@ -97,7 +97,8 @@ class RankerModule(pl.LightningModule):
         loss, scores = self.model_step(batch)
         size = batch["mask"].shape[0]
         if stage == "val":
-            self.val_loss(loss)
+            # weighted by real queries: a DDP padding batch (one empty query) weighs nothing
+            self.val_loss.update(loss, weight=batch["mask"].any(-1).sum())
             self.log("val/loss", self.val_loss, on_epoch=True, batch_size=size)
         for name, metric in metrics.items():
             metric.update(scores, batch["labels"], batch["mask"])
@@ -109,7 +110,8 @@ class RankerModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         name = self.monitor.removeprefix("val/")
         self.val_best(self.val_metrics[name].compute())
-        self.log(f"{self.monitor}_best", self.val_best.compute(), prog_bar=True)
+        # the same value on every rank (computed from synced metrics); sync_dist keeps Lightning exact about it
+        self.log(f"{self.monitor}_best", self.val_best.compute(), prog_bar=True, sync_dist=True)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_metrics)
