@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,24 @@ def compose_config(overrides: list[str], *, output_dir: str | Path, data_dir: st
     return cfg
 
 
+def _refuse_divergence(model: pl.LightningModule, results: dict[str, Any], out: Path | None) -> None:
+    """A run whose weights or metrics are not finite (training diverged) must not end as a success
+    or export a NaN scorer: ``results.json`` says what is not finite and the run fails."""
+    bad = [
+        f"{stage}/{name}"
+        for stage in ("val", "test")
+        for name, v in results.get(stage, {}).items()
+        if not math.isfinite(v)
+    ]
+    bad += [f"parameter {name}" for name, value in model.named_parameters() if not torch.isfinite(value).all()]
+    if not bad:
+        return
+    message = f"training diverged: not finite: {', '.join(bad[:8])}; try a lower model.optimizer.lr"
+    if out is not None:
+        (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
+    raise RuntimeError(message)
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
     pl.seed_everything(cfg.seed, workers=True)
@@ -175,6 +194,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         baseline = random_baseline(datamodule, cfg.seed)
         if baseline:
             results["test_random_scores"] = baseline
+    _refuse_divergence(model, results, out if trainer.is_global_zero else None)
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
         results["export"] = model.export_model(out / "export")

@@ -162,3 +162,16 @@ def test_command_line_multirun(data_dir, tmp_path):
 def test_gpu_training_with_device_resident_data(make_cfg, tmp_path):
     results = train(make_cfg("trainer=gpu", "data.device_resident=true", out=tmp_path / "gpu"))
     assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"]
+
+
+def test_a_diverged_run_fails_and_exports_nothing(make_cfg, tmp_path):
+    cfg = make_cfg(
+        "model.optimizer._target_=torch.optim.SGD",
+        "model.optimizer.lr=1e30",
+        "trainer.max_epochs=1",
+        out=tmp_path / "run",
+    )
+    with pytest.raises(RuntimeError, match="training diverged: not finite"):
+        train(cfg)
+    assert "training diverged" in json.loads((tmp_path / "run" / "results.json").read_text())["error"]
+    assert not (tmp_path / "run" / "export").exists()
