@@ -408,6 +408,18 @@ def _line_problem(tokens: list[str], lowest: int, zero_based: bool, *, first: bo
     return None
 
 
+def write_letor(path: str | os.PathLike, data: LetorData, doc_ids: list[str] | None = None) -> None:
+    """Write ``data`` as a LETOR file (one-based feature indices, zeros omitted as SVMlight does),
+    with ``# docid = X`` comments when ``doc_ids`` are given. ``read_letor`` reads it back exactly
+    (values are written with float32 round-trip precision)."""
+    lines = []
+    for row, (label, qid, values) in enumerate(zip(data.labels, data.qids, data.features, strict=True)):
+        pairs = " ".join(f"{j + 1}:{values[j]}" for j in np.flatnonzero(values))  # str: shortest float32 repr
+        comment = f" # docid = {doc_ids[row]}" if doc_ids is not None else ""
+        lines.append(f"{label:g} qid:{qid} {pairs}{comment}".replace("  ", " "))
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
 def _cache_path(path: Path, zero_based: bool, cache_dir: str | os.PathLike) -> Path:
     stat = path.stat()
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{zero_based}|{CACHE_VERSION}"

@@ -1,0 +1,220 @@
+"""Where each ranker stands on your LETOR files: our models next to LightGBM and XGBoost, trec_eval metrics.
+
+    python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt
+    python bench/letor_peers.py --train train.txt --folds 5      # cross-validation inside one file
+    python bench/letor_peers.py --train T --test X --models lambdarank ranknet --peers lightgbm \\
+        --override model.scorer.hidden=[256,128] --seeds 0 1 2
+
+Our models are trained as ``python train.py model=M data=letor data.train=... data.val=...
+data.test=...`` runs them (their defaults plus any ``--override``) and scored from the exported
+TorchScript scorer on the test file, as ``python -m rankers.score`` does. The peers, LightGBM's
+``LGBMRanker(objective="lambdarank")`` and XGBoost's ``XGBRanker(objective="rank:ndcg")``, run with
+their library defaults and early stopping on the validation file (without one, on the same
+held-out share of training queries our datamodule uses). Metrics are trec_eval's through
+pytrec_eval (``ndcg_cut_10`` uses linear gain, as trec_eval does), averaged over the test queries;
+"fit s" is the fit alone (our runs: Lightning's fit, validation included).
+
+``--folds K`` is for tuning without touching a test set: the training file's queries are split
+into K folds; each fold is the test split once, the next fold the validation split.
+
+Needs ``pip install -e ".[bench]"`` (lightgbm, xgboost) and pytrec_eval (dev extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._timing import machine
+from datamodules.letor_io import LetorData, read_letor, write_letor
+
+MEASURES = {"ndcg_cut_10": "ndcg@10", "ndcg_cut_5": "ndcg@5", "map": "map", "P_10": "P@10"}
+Split = dict[str, LetorData]
+
+
+def trec_metrics(data: LetorData, scores: np.ndarray) -> dict[str, float]:
+    """trec_eval's measures (pytrec_eval) of ``scores [N]`` on ``data``, averaged over its queries."""
+    import pytrec_eval
+
+    qrels: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    for q, (start, stop) in enumerate(zip(data.offsets[:-1], data.offsets[1:], strict=True)):
+        docs = [f"d{row}" for row in range(start, stop)]
+        qrels[f"q{q}"] = {doc: int(label) for doc, label in zip(docs, data.labels[start:stop], strict=True)}
+        run[f"q{q}"] = {doc: float(score) for doc, score in zip(docs, scores[start:stop], strict=True)}
+    per_query = pytrec_eval.RelevanceEvaluator(qrels, set(MEASURES)).evaluate(run)
+    return {name: statistics.fmean(q[measure] for q in per_query.values()) for measure, name in MEASURES.items()}
+
+
+def fit_ours(model: str, files: dict[str, str], workdir: Path, overrides: list[str], seed: int):
+    """Train one of our models through the pipeline; (test scores from the exported scorer, fit seconds)."""
+    from rankers.pipeline import compose_config, train
+    from rankers.score import score_file
+
+    out = workdir / f"{model}-{seed}"
+    split_overrides = [f"data.{split}={path}" for split, path in files.items()]
+    quiet = ["callbacks.progress_bar.refresh_rate=0", "~logger"]
+    cfg = compose_config(
+        [f"model={model}", "data=letor", *split_overrides, f"seed={seed}", *quiet, *overrides],
+        output_dir=out,
+        data_dir=workdir / "data",
+    )
+    results = train(cfg)
+    exported = out / "export" / "scorer.pt"
+    return score_file(exported, files["test"])[0], results["fit_seconds"]
+
+
+def _group_sizes(data: LetorData) -> np.ndarray:
+    return np.diff(data.offsets)
+
+
+def fit_lightgbm(splits: Split, seed: int):
+    import lightgbm as lgb
+
+    ranker = lgb.LGBMRanker(objective="lambdarank", random_state=seed, verbose=-1)
+    start = time.perf_counter()
+    ranker.fit(
+        splits["train"].features,
+        splits["train"].labels,
+        group=_group_sizes(splits["train"]),
+        eval_set=[(splits["val"].features, splits["val"].labels)],
+        eval_group=[_group_sizes(splits["val"])],
+        eval_at=[10],
+        callbacks=[lgb.early_stopping(50, verbose=False)],
+    )
+    seconds = time.perf_counter() - start
+    return ranker.predict(splits["test"].features), seconds
+
+
+def fit_xgboost(splits: Split, seed: int):
+    import xgboost as xgb
+
+    def group_ids(data: LetorData) -> np.ndarray:  # sorted query ids, as XGBoost requires
+        return np.repeat(np.arange(data.num_queries), _group_sizes(data))
+
+    ranker = xgb.XGBRanker(
+        objective="rank:ndcg", random_state=seed, early_stopping_rounds=50, eval_metric="ndcg@10", n_jobs=0
+    )
+    start = time.perf_counter()
+    ranker.fit(
+        splits["train"].features,
+        splits["train"].labels,
+        qid=group_ids(splits["train"]),
+        eval_set=[(splits["val"].features, splits["val"].labels)],
+        eval_qid=[group_ids(splits["val"])],
+        verbose=False,
+    )
+    seconds = time.perf_counter() - start
+    return ranker.predict(splits["test"].features), seconds
+
+
+PEERS: dict[str, Callable[[Split, int], tuple[np.ndarray, float]]] = {
+    "lightgbm": fit_lightgbm,
+    "xgboost": fit_xgboost,
+}
+
+
+def held_out_validation(train: LetorData, seed: int, fraction: float = 0.1) -> Split:
+    """The split our datamodule makes when no validation file is given (same seed, same queries)."""
+    order = np.random.default_rng(seed).permutation(train.num_queries)
+    n_val = max(1, round(fraction * train.num_queries))
+    return {"val": train.subset(np.sort(order[:n_val])), "train": train.subset(np.sort(order[n_val:]))}
+
+
+def folds(train: LetorData, k: int, seed: int, workdir: Path) -> list[dict[str, str]]:
+    """K (train, val, test) file triples over the queries of ``train``: fold f is the test split,
+    fold f+1 the validation split."""
+    order = np.random.default_rng([seed, 7]).permutation(train.num_queries)
+    parts = np.array_split(order, k)
+    triples = []
+    for f in range(k):
+        test, val = parts[f], parts[(f + 1) % k]
+        rest = np.concatenate([parts[g] for g in range(k) if g not in (f, (f + 1) % k)])
+        files = {}
+        for name, rows in (("train", rest), ("val", val), ("test", test)):
+            path = workdir / f"fold{f}-{name}.txt"
+            write_letor(path, train.subset(np.sort(rows)))
+            files[name] = str(path)
+        triples.append(files)
+    return triples
+
+
+def evaluate_setting(files: dict[str, str], args: argparse.Namespace, workdir: Path) -> dict[str, list[dict]]:
+    """Every model and peer on one (train, val?, test) setting, for every seed."""
+    width = max(read_letor(path).num_features for path in files.values())
+    splits = {name: read_letor(path).with_num_features(width) for name, path in files.items()}
+    rows: dict[str, list[dict]] = {}
+    for seed in args.seeds:
+        peer_splits = dict(splits) if "val" in splits else {**splits, **held_out_validation(splits["train"], seed)}
+        for name in args.peers:
+            scores, seconds = PEERS[name](peer_splits, seed)
+            rows.setdefault(name, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
+        for model in args.models:
+            scores, seconds = fit_ours(model, files, workdir, args.override, seed)
+            rows.setdefault(model, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
+    return rows
+
+
+def table(rows: dict[str, list[dict]], note: str) -> str:
+    columns = [*MEASURES.values(), "fit s"]
+    lines = [note, "", "| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for model, runs in rows.items():
+        cells = []
+        for column in columns:
+            values = [run[column] for run in runs]
+            spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 and column != "fit s" else ""
+            cells.append(
+                f"{statistics.fmean(values):.4f}{spread}" if column != "fit s" else f"{statistics.fmean(values):.1f}"
+            )
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--val")
+    parser.add_argument("--test", help="required unless --folds")
+    parser.add_argument("--folds", type=int, default=0, help="cross-validate inside --train instead")
+    parser.add_argument("--models", nargs="*", default=["ranknet", "lambdarank"])
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for our models")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--json", help="also write every run's figures here")
+    args = parser.parse_args()
+    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="letor-peers-") as folder:
+        workdir = Path(folder)
+        if args.folds:
+            settings = folds(read_letor(args.train), args.folds, args.seeds[0], workdir)
+        elif args.test:
+            settings = [{"train": args.train, **({"val": args.val} if args.val else {}), "test": args.test}]
+        else:
+            parser.error("give --test, or --folds to cross-validate inside --train")
+        rows: dict[str, list[dict]] = {}
+        for files in settings:
+            for model, runs in evaluate_setting(files, args, workdir).items():
+                rows.setdefault(model, []).extend(runs)
+    where = f"{args.folds}-fold cross-validation of {args.train}" if args.folds else f"test file {args.test}"
+    note = (
+        f"machine: {machine()}\n\n{where}; seeds {args.seeds}; overrides {args.override or 'none'}; "
+        "mean (± std over folds and seeds)"
+    )
+    print(table(rows, note))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
