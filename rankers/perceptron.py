@@ -160,6 +160,7 @@ class PRankEnsemble:
             else:
                 shown = presented[start:stop]
             if kernel is not None:
+                correct_before = self.correct.clone() if combine == "vp" else None
                 kernel(
                     features[:, start:stop],
                     labels[:, start:stop],
@@ -171,6 +172,10 @@ class PRankEnsemble:
                     self.correct,
                 )
                 self.presented.add_(shown.sum(0))
+                if combined is not None:
+                    combined[:, start:stop] = self._combined_from_predictions(
+                        predictions[:, :, start:stop], labels[:, start:stop], shown, correct_before, combine
+                    )
                 continue
             self._tensor_chunk(
                 features[:, start:stop],
@@ -218,9 +223,11 @@ class PRankEnsemble:
 
     def _kernel(self, combine: Combine | None):
         """The fused kernel for this call (``stream`` of ``kernels.prank_cpu`` or ``prank_triton``), or
-        None for the tensor path. The voted history and online combined predictions need the state
-        of all perceptrons after every round, so they take the tensor path."""
-        if not self.fused or self.keep_history or combine is not None:
+        None for the tensor path. Online Bagg and VP predictions follow from every perceptron's own
+        predictions (and VP's running counts), which the kernels return; BPM's averaged hypothesis
+        and the voted history need every perceptron's state after every round, so those take the
+        tensor path."""
+        if not self.fused or self.keep_history or combine not in (None, "bagg", "vp"):
             return None
         wanted = self.fused if isinstance(self.fused, str) else ("triton" if self.device.type == "cuda" else "cpu")
         if wanted == "triton" and prank_triton.available(self.device):
@@ -244,6 +251,18 @@ class PRankEnsemble:
         self.presented.add_(presented.sum(0))
         if correct:
             self.correct.add_((presented & ~mistakes).sum(0))
+
+    def _combined_from_predictions(
+        self, each: Tensor, labels: Tensor, presented: Tensor, correct_before: Tensor | None, combine: Combine
+    ) -> Tensor:
+        """Online Bagg / VP predictions ``[R, t]`` of a chunk from the perceptrons' own predictions
+        ``each [R, N, t]`` made before each update: the same rule as ``predict`` at every round, with
+        VP's votes counted up to (not including) that round."""
+        if combine == "bagg":
+            return _vote(each, None, self.k)
+        right = (presented.permute(1, 2, 0) & (each == labels[:, None, :])).long()  # [R, N, t]
+        votes = correct_before.unsqueeze(-1) + (right.cumsum(-1) - right).to(correct_before.dtype)
+        return _vote(each, votes, self.k)
 
     def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
         """The combined rule's rank of ``x [R, 1, d]`` under the current state, ``[R]``."""
@@ -304,10 +323,9 @@ class PRankEnsemble:
         if combine == "each":
             return each
         if combine == "bagg":
-            return _round_rank(each.float().mean(1), self.k)
+            return _vote(each, None, self.k)
         if combine == "vp":
-            votes = torch.where(self.correct.sum(1, keepdim=True) > 0, self.correct, torch.ones_like(self.correct))
-            return _round_rank((each.float() * votes.unsqueeze(-1)).sum(1) / votes.sum(1, keepdim=True), self.k)
+            return _vote(each, self.correct.unsqueeze(-1).expand(each.shape), self.k)
         if combine == "voted":
             return self._voted(features)
         raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
@@ -337,6 +355,17 @@ def _cpu(state: Tensor) -> torch.Generator:
     generator = torch.Generator()
     generator.set_state(state)
     return generator
+
+
+def _vote(each: Tensor, votes: Tensor | None, k: int) -> Tensor:
+    """Bagg (``votes=None``: the mean rank) or VP (the ``votes``-weighted mean, equal weights while a
+    run has no votes) of ranks ``each [R, N, n]``, rounded: ``[R, n]``. In float64, where these
+    integer sums are exact whatever their order, so every path that calls it agrees bit for bit."""
+    if votes is None:
+        return _round_rank(each.double().mean(1), k)
+    votes = votes.double()
+    votes = torch.where(votes.sum(1, keepdim=True) > 0, votes, torch.ones_like(votes))
+    return _round_rank((each.double() * votes).sum(1) / votes.sum(1), k)
 
 
 def _round_rank(value: Tensor, k: int) -> Tensor:

@@ -123,6 +123,27 @@ def test_zero_padded_features_change_nothing(path):
     assert not wide.weights[..., d:].any()
 
 
+@pytest.mark.parametrize("path", ["cpu", "triton"])
+@pytest.mark.parametrize("combine", ["bagg", "vp"])
+def test_online_bagg_and_vp_from_the_kernels_equal_the_tensor_path(path, combine, monkeypatch):
+    """OAP-Bagg / OAP-VP online predictions (Figure 2's curve) follow from the kernels' per-perceptron
+    predictions and running vote counts: the same as the tensor path's round-by-round rule."""
+    needs(path)
+    monkeypatch.setattr(perceptron, "CHUNK", 8)  # votes carried across chunks
+    runs, steps, d, n, k = 2, 20, 3, 7, 4
+    x, y, presented = exact_stream(5, runs, steps, d, k, n, tau=0.5)
+    fused = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
+    tensor = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=False)
+    assert fused._kernel(combine) is not None and tensor._kernel(combine) is None
+    for half in (slice(0, 12), slice(12, steps)):  # two calls: counts carried across calls too
+        online = fused.partial_fit(x[:, half], y[:, half], combine=combine, presented=presented[half])
+        expected = tensor.partial_fit(x[:, half], y[:, half], combine=combine, presented=presented[half])
+        assert torch.equal(online, expected)
+    for counter in ("correct", "presented", "mistakes"):
+        assert torch.equal(getattr(fused, counter), getattr(tensor, counter)), counter
+    assert torch.equal(fused.predict(x[:, :5], combine), tensor.predict(x[:, :5], combine))
+
+
 def test_launch_config_blocks_are_powers_of_two():
     for n, d, k in [(1, 1, 2), (100, 6, 5), (19, 300, 3), (500, 5000, 10)]:
         config = prank_triton.launch_config(n, d, k)
