@@ -28,6 +28,25 @@ def median_ms(fn: Callable[[], object], device: torch.device, *, repeats: int = 
     return statistics.median(times)
 
 
+def device_seconds(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one ``fn()``: CUDA events on a GPU (GPU time, not host time), else perf_counter."""
+    if device.type == "cuda":
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / 1e3
+    begin = time.perf_counter()
+    fn()
+    return time.perf_counter() - begin
+
+
+def gpu_name(device: torch.device | str = "cuda") -> str:
+    return torch.cuda.get_device_name(device) if torch.cuda.is_available() else "no GPU"
+
+
 def machine() -> str:
     import platform
 

@@ -4,7 +4,13 @@ Two paths share the batch sampler and the list sampling:
 
 * ``QueryDataset`` + ``collate_queries`` for a ``DataLoader`` (CPU memory, optional workers);
 * ``DeviceBatches``, which keeps the whole split on one device (the GPU) and builds each padded
-  batch with a single gather, so no per-query Python work runs in the training loop.
+  batch with a single gather, so no per-query Python work runs in the training loop and the host
+  never waits for the device: the epoch's batch plan goes to the device in one copy, and list
+  widths come from host-side lengths.
+
+``pad_multiple`` rounds each batch's width up (e.g. 256 for MSLR's lists of at most 251): fewer
+distinct shapes, which ``torch.compile`` and CUDA graphs need; padding is masked, so results do
+not change.
 
 The batch sampler yields ``(query_index, batch_seed)`` pairs. The seed depends only on (seed, epoch,
 batch number), so the random list sampling of a resumed run is the same as an uninterrupted one.
@@ -74,6 +80,11 @@ def sample_lists(batch: Batch, max_list_length: int | None, generator: torch.Gen
     }
 
 
+def padded_width(longest: int, pad_multiple: int = 1) -> int:
+    """``longest`` rounded up to a multiple of ``pad_multiple``."""
+    return -(-longest // pad_multiple) * pad_multiple
+
+
 def pad_batch(features: Tensor, labels: Tensor, starts: Tensor, lengths: Tensor, width: int | None = None) -> Batch:
     """Gather queries ``[starts, starts + lengths)`` of flat ``features [N, F]`` into a padded batch.
 
@@ -108,15 +119,16 @@ class QueryDataset(Dataset):
         return self.features[start:stop], self.labels[start:stop], index, seed
 
 
-def make_collate(max_list_length: int | None) -> Callable[[list], Batch]:
+def make_collate(max_list_length: int | None, pad_multiple: int = 1) -> Callable[[list], Batch]:
     """Collate for ``QueryDataset`` items: pad, then sample long lists with the batch's seed."""
 
     def collate(items: list) -> Batch:
-        lengths = torch.tensor([len(labels) for _, labels, _, _ in items])
+        sizes = [len(labels) for _, labels, _, _ in items]
+        lengths = torch.tensor(sizes)
         features = torch.cat([f for f, _, _, _ in items])
         labels = torch.cat([y for _, y, _, _ in items])
         starts = torch.cumsum(lengths, 0) - lengths
-        batch = pad_batch(features, labels, starts, lengths)
+        batch = pad_batch(features, labels, starts, lengths, padded_width(max(sizes, default=0), pad_multiple))
         batch["query_index"] = torch.tensor([index for _, _, index, _ in items])
         batch["mask"] &= (batch["query_index"] != PADDING_QUERY)[:, None]
         seed = items[0][3] if items else -1
@@ -232,7 +244,9 @@ class DeviceBatches:
     ``sampler`` attribute as a DataLoader.)
 
     ``epoch_fn`` returns the trainer's current epoch, so that shuffling and list sampling follow
-    the same seeds as the DataLoader path (and a resumed run).
+    the same seeds as the DataLoader path (and a resumed run). No step reads anything back from the
+    device (tested): the query indices of the whole epoch are copied once, and widths are computed
+    from the host-side lengths, rounded up to ``pad_multiple``.
     """
 
     def __init__(
@@ -243,10 +257,12 @@ class DeviceBatches:
         batch_plan: QueryBatchSampler,
         max_list_length: int | None,
         epoch_fn: Callable[[], int],
+        pad_multiple: int = 1,
     ) -> None:
         self.features, self.labels = features, labels
         self.starts, self.lengths = offsets[:-1], offsets[1:] - offsets[:-1]
         self.batch_plan, self.max_list_length, self.epoch_fn = batch_plan, max_list_length, epoch_fn
+        self.pad_multiple = pad_multiple
 
     def __len__(self) -> int:
         return len(self.batch_plan)
@@ -254,10 +270,17 @@ class DeviceBatches:
     def __iter__(self) -> Iterator[Batch]:
         self.batch_plan.set_epoch(self.epoch_fn())
         device = self.features.device
-        for number, indices in enumerate(self.batch_plan.batches()):
+        plan = self.batch_plan.batches()
+        if not plan:
+            return
+        # one host-to-device copy per epoch (a copy per batch would wait for the device each time)
+        flat = torch.from_numpy(np.concatenate(plan).astype(np.int64)).to(device)
+        bounds = np.cumsum([0] + [len(indices) for indices in plan]).tolist()
+        for number, indices in enumerate(plan):
+            index = flat[bounds[number] : bounds[number + 1]]
             real = indices != PADDING_QUERY  # host-side: no device sync
-            width = int(self.batch_plan.lengths[indices[real]].max()) if real.any() else 1
-            index = torch.as_tensor(indices, device=device)
+            longest = int(self.batch_plan.lengths[indices[real]].max()) if real.any() else 1
+            width = padded_width(longest, self.pad_multiple)
             safe = index.clamp_min(0)
             batch = pad_batch(self.features, self.labels, self.starts[safe], self.lengths[safe], width)
             batch["mask"] &= (index != PADDING_QUERY)[:, None]

@@ -47,6 +47,8 @@ class LetorDataModule(pl.LightningDataModule):
             relevant document kept); evaluation always sees whole lists.
         bucket_by_length: group training queries of similar length into batches (less padding).
         device_resident: keep each split on the training device and build batches by indexing.
+        pad_multiple: round training batches' list width up to a multiple of this (fewer shapes
+            for ``model.compile`` / CUDA graphs; padding is masked, results do not change).
         cache_dir: where parsed files are cached (``None``: no cache).
         n_ranks: number of grades, for the ordinal rankers (PRank, OAP) trained on this data.
         gain: the metrics' and losses' gain (``model.gain``); with ``"exp2"`` a label whose gain
@@ -68,6 +70,7 @@ class LetorDataModule(pl.LightningDataModule):
         max_list_length: int | None = None,
         bucket_by_length: bool = True,
         device_resident: bool = False,
+        pad_multiple: int = 1,
         val_fraction: float = 0.1,
         num_workers: int = 0,
         cache_dir: str | None = None,
@@ -86,6 +89,9 @@ class LetorDataModule(pl.LightningDataModule):
         self.eval_batch_size = eval_batch_size or batch_size
         self.max_list_length, self.bucket_by_length = max_list_length, bucket_by_length
         self.device_resident, self.val_fraction = device_resident, val_fraction
+        if pad_multiple < 1:
+            raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
+        self.pad_multiple = pad_multiple
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.gain = gain
         self.max_dense_bytes = None if max_dense_gib is None else int(max_dense_gib * 2**30)
@@ -153,15 +159,16 @@ class LetorDataModule(pl.LightningDataModule):
             with_seeds=train,
         )
         max_length = self.max_list_length if train else None
+        pad_multiple = self.pad_multiple if train else 1
         if self.device_resident:
             device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
             moved = (features.to(device), labels.to(device), offsets.to(device))
             epoch_fn = (lambda: self.trainer.current_epoch) if self.trainer is not None else (lambda: 0)
-            return DeviceBatches(*moved, sampler, max_length, epoch_fn)
+            return DeviceBatches(*moved, sampler, max_length, epoch_fn, pad_multiple)
         return DataLoader(
             QueryDataset(features, labels, offsets),
             batch_sampler=sampler,
-            collate_fn=make_collate(max_length),
+            collate_fn=make_collate(max_length, pad_multiple),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

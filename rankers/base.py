@@ -48,6 +48,15 @@ class PassLimit:
             self.trainer.should_stop = True
 
 
+def _compiled(fn: Callable[..., Tensor], mode: bool | str, backend: str) -> Callable[..., Tensor]:
+    options: dict[str, Any] = {"backend": backend, "dynamic": False}
+    if isinstance(mode, str) and backend == "inductor":
+        options["mode"] = mode
+    elif isinstance(mode, str) and mode != "default":
+        raise ValueError(f"compile mode {mode!r} needs compile_backend=inductor, got {backend!r}")
+    return torch.compile(fn, **options)
+
+
 class RankerModule(pl.LightningModule):
     """Scores documents with ``normalizer`` then ``scorer`` and trains on a loss from ``losses/``.
 
@@ -62,6 +71,19 @@ class RankerModule(pl.LightningModule):
         gain, empty: metric conventions, see ``metrics.functional``; logged as hyperparameters.
         monitor: the validation metric for checkpoints and early stopping; its direction comes
             from ``metrics.higher_is_better``.
+        compile: ``torch.compile`` the training loss (normalizer, scorer, loss; forward and
+            backward): False, True (the default mode) or a mode name, e.g. ``"reduce-overhead"``
+            (CUDA graphs: one launch per step instead of hundreds). Shapes are static
+            (``dynamic=False``): pair it with ``data.pad_multiple`` so few shapes occur.
+        compile_backend: ``torch.compile``'s backend; ``"aot_eager"`` traces without generating
+            code (tests).
+        step_loss_in_progress_bar: show each step's loss in the progress bar. Lightning reads
+            progress-bar values back after every batch, a device sync on a GPU; None (default):
+            only when training on CPU, where reading is free. The epoch's mean loss is always shown.
+
+    The training step never reads a value back from the device: the running loss is a tensor
+    metric without torchmetrics' NaN check (a host sync per batch; a NaN loss still shows in the
+    logged mean), and ``trainer.log_every_n_steps`` decides how often logs are read.
     """
 
     def __init__(
@@ -77,6 +99,9 @@ class RankerModule(pl.LightningModule):
         gain: str = "exp2",
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
+        compile: bool | str = False,
+        compile_backend: str = "inductor",
+        step_loss_in_progress_bar: bool | None = None,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only
@@ -85,11 +110,15 @@ class RankerModule(pl.LightningModule):
         self.scorer = scorer(n_features=n_features)
         self.loss_fn, self.optimizer_factory, self.scheduler_factory = loss, optimizer, scheduler
         check_loss(loss)
-        self.train_loss, self.val_loss = MeanMetric(), MeanMetric()
+        # nan_strategy="disable": the default NaN check reads a bool back from the device every step
+        self.train_loss, self.val_loss = MeanMetric(nan_strategy="disable"), MeanMetric(nan_strategy="disable")
         self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
         self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
         self.val_best = best_metric(monitor)  # max or min by the metric's direction
         self.monitor = monitor
+        self._train_loss = self._loss_of if not compile else _compiled(self._loss_of, compile, compile_backend)
+        self._cuda_graphs = compile == "reduce-overhead"
+        self.step_loss_in_progress_bar = step_loss_in_progress_bar
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Raw features ``[B, L, F]`` (mask ``[B, L]``) -> scores ``[B, L]``."""
@@ -99,15 +128,27 @@ class RankerModule(pl.LightningModule):
         scores = self(batch["features"], batch["mask"])
         return self.loss_fn(scores, batch["labels"], batch["mask"]), scores
 
+    def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
+        """The training loss of a batch: what ``compile`` compiles (forward and backward)."""
+        return self.loss_fn(self(features, mask), labels, mask)
+
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        loss, _ = self.model_step(batch)
+        if self._cuda_graphs:  # a new step: the previous step's graph outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = self._train_loss(batch["features"], batch["labels"], batch["mask"])
         self.train_loss(loss)
-        self.log(
-            "train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["mask"].shape[0]
-        )
+        size = batch["mask"].shape[0]
+        show_step = self.step_loss_in_progress_bar
+        if show_step is None:
+            show_step = loss.device.type == "cpu"
+        if show_step:
+            self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        else:  # the same values under the same names; only the epoch mean is read for the progress bar
+            self.log("train/loss_step", self.train_loss, on_step=True, on_epoch=False, batch_size=size)
+            self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=size)
         return loss
 
     def _evaluate(self, batch: Batch, stage: str, metrics: nn.ModuleDict) -> None:

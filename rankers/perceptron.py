@@ -17,9 +17,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from rankers import _prank_cpu
+from kernels import prank_cpu, prank_triton
 
 Combine = Literal["bpm", "bagg", "vp", "voted", "each"]
+Fused = bool | Literal["cpu", "triton"]
 
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
 CHUNK = 2048
@@ -48,9 +49,11 @@ class PRankEnsemble:
         device: where the state lives.
         keep_history: store every hypothesis with its survival count, for the voted perceptron
             (``combine="voted"``, PRank-VP); memory ``R * N * (updates + 1) * (d + k - 1)``.
-        fused: on CPU, stream plain ``partial_fit`` calls through the compiled loop of
-            ``rankers._prank_cpu`` (same arithmetic, one perceptron at a time in cache); False
-            forces the tensor path, which every device runs.
+        fused: stream plain ``partial_fit`` calls through a fused kernel with the same arithmetic:
+            the C++ loop of ``kernels.prank_cpu`` on CPU, the Triton kernel of
+            ``kernels.prank_triton`` on CUDA. False forces the tensor path (the reference, which
+            every device runs); ``"cpu"`` or ``"triton"`` forces that kernel (``"triton"`` on CPU
+            runs Triton's interpreter: tests only).
 
     State: ``weights [R, N, d]``, ``thresholds [R, N, k-1]`` (float32, start at 0), ``correct [R, N]``
     (correct predictions on presented examples, OAP-VP's votes), ``presented [R, N]``, ``mistakes [R, N]``.
@@ -67,7 +70,7 @@ class PRankEnsemble:
         seed: int = 0,
         device: str | torch.device | None = None,
         keep_history: bool = False,
-        fused: bool = True,
+        fused: Fused = True,
     ) -> None:
         if n_ranks < 2:
             raise ValueError(f"n_ranks must be >= 2, got {n_ranks}")
@@ -79,14 +82,18 @@ class PRankEnsemble:
         self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         zeros = dict(device=self.device, dtype=torch.float32)
-        # stored d-major (memory [R, d, N], seen as [R, N, d]) so each step's score is a row vector
-        # times a matrix, which CPU BLAS runs much faster than the N-major matrix-vector product
+        # stored perceptron-minor (memory [R, d, N] and [R, k-1, N], seen as [R, N, d] and
+        # [R, N, k-1]): each step's score is then a row vector times a matrix, which CPU BLAS runs
+        # much faster than the matrix-vector product, and in the Triton kernel each GPU thread
+        # owns one perceptron's weights and thresholds with coalesced loads
         self.weights = torch.zeros(n_runs, n_features, n_perceptrons, **zeros).transpose(1, 2)
-        self.thresholds = torch.zeros(n_runs, n_perceptrons, n_ranks - 1, **zeros)
+        self.thresholds = torch.zeros(n_runs, n_ranks - 1, n_perceptrons, **zeros).transpose(1, 2)
         self.correct = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.presented = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.mistakes = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.rank_index = torch.arange(n_ranks - 1, device=self.device)
+        if fused not in (True, False, "cpu", "triton"):
+            raise ValueError(f"fused must be True, False, 'cpu' or 'triton'; got {fused!r}")
         self.keep_history, self.fused = keep_history, fused
         self.history: list[tuple[Tensor, Tensor, Tensor]] = []  # (weights, thresholds, survival) per update slot
 
@@ -109,8 +116,19 @@ class PRankEnsemble:
         return self
 
     # -- training -------------------------------------------------------------------------------
-    def partial_fit(self, features: Tensor, labels: Tensor, *, combine: Combine | None = None) -> Tensor:
+    def partial_fit(
+        self,
+        features: Tensor,
+        labels: Tensor,
+        *,
+        combine: Combine | None = None,
+        presented: Tensor | None = None,
+    ) -> Tensor:
         """Stream ``features [R, T, d]``, ``labels [R, T]`` (0-based ranks) in order, one example a step.
+
+        ``presented [T, R, N]`` bool, if given, replaces Algorithm 2's Bernoulli(tau) draws (which
+        perceptron sees which example), so that different paths or devices can be compared on
+        the same presentation; by default they are drawn from the ensemble's generator.
 
         Returns the predictions made *before* each update: ``[R, N, T]`` long for every perceptron,
         or with ``combine`` (``bpm``, ``bagg``, ``vp``) ``[R, T]``, the combined rule's prediction at
@@ -126,51 +144,106 @@ class PRankEnsemble:
         if labels.numel() and (labels.min() < 0 or labels.max() >= self.k):
             raise ValueError(f"labels must be in 0..{self.k - 1}")
         steps = features.shape[1]
-        predictions = torch.empty(self.r, self.n, steps, dtype=torch.long, device=self.device)
+        if presented is not None:
+            presented = presented.to(self.device, torch.bool)
+            if presented.shape != (steps, self.r, self.n):
+                raise ValueError(f"presented must be [T={steps}, R={self.r}, N={self.n}], got {tuple(presented.shape)}")
+        kernel = self._kernel(combine)
+        predictions = self._empty_predictions(steps, kernel)
         combined = torch.empty(self.r, steps, dtype=torch.long, device=self.device) if combine else None
         for start in range(0, steps, CHUNK):
             stop = min(steps, start + CHUNK)
-            presented = (
-                torch.rand(stop - start, self.r, self.n, generator=self.generator, device=self.device) < self.tau
-            )
-            # l(r) = -1 where y <= r, else +1 (Algorithm 1, line 4), for every step of the chunk
-            signs = torch.where(labels[:, start:stop, None] <= self.rank_index, -1.0, 1.0)
-            if self._use_kernel(combine):
-                chunk_predictions, mistakes = _prank_cpu.stream(
-                    features[:, start:stop], labels[:, start:stop], presented, self.weights, self.thresholds
+            if presented is None:
+                shown = (
+                    torch.rand(stop - start, self.r, self.n, generator=self.generator, device=self.device) < self.tau
                 )
-                predictions[:, :, start:stop] = chunk_predictions
-                self._count(presented, mistakes.permute(2, 0, 1), correct=True)
-                continue
-            # per-step views shaped once per chunk, so a step runs no reshaping ops:
-            # x [R, 1, d], y [R, 1], signs [R, 1, k-1], presented [R, N]
-            rounds = zip(
-                features[:, start:stop, None].unbind(1),
-                labels[:, start:stop, None].unbind(1),
-                signs[:, :, None].unbind(1),
-                presented.unbind(0),
-                strict=True,
-            )
-            step_predictions, step_mistakes = [], []
-            for t, (x, y, sign, shown) in enumerate(rounds):
+            else:
+                shown = presented[start:stop]
+            if kernel is not None:
+                correct_before = self.correct.clone() if combine == "vp" else None
+                kernel(
+                    features[:, start:stop],
+                    labels[:, start:stop],
+                    shown,
+                    self.weights,
+                    self.thresholds,
+                    predictions[:, :, start:stop],
+                    self.mistakes,
+                    self.correct,
+                )
+                self.presented.add_(shown.sum(0))
                 if combined is not None:
-                    combined[:, start + t] = self._combined_now(x, combine)
-                predicted, mistake = self._step(x, y, sign, shown)
-                step_predictions.append(predicted)
-                step_mistakes.append(mistake)
-                if combine == "vp":  # the online vote needs the counts as of this round
-                    self.correct.add_(shown & ~mistake)
-            predictions[:, :, start:stop] = torch.stack(step_predictions, -1)
-            # the counters are summed once per chunk rather than with three more ops per step
-            self._count(presented, torch.stack(step_mistakes), correct=combine != "vp")
+                    combined[:, start:stop] = self._combined_from_predictions(
+                        predictions[:, :, start:stop], labels[:, start:stop], shown, correct_before, combine
+                    )
+                continue
+            self._tensor_chunk(
+                features[:, start:stop],
+                labels[:, start:stop],
+                shown,
+                predictions[:, :, start:stop],
+                combined[:, start:stop] if combined is not None else None,
+                combine,
+            )
         return predictions if combined is None else combined
 
-    def _use_kernel(self, combine: Combine | None) -> bool:
-        """The fused CPU loop serves plain streams; the voted history and online combined
-        predictions need the state of all perceptrons after every round, so they take the tensor path."""
-        if not self.fused or self.device.type != "cpu" or self.keep_history or combine is not None:
-            return False
-        return _prank_cpu.kernel() is not None
+    def _tensor_chunk(
+        self,
+        features: Tensor,
+        labels: Tensor,
+        presented: Tensor,
+        predictions: Tensor,
+        combined: Tensor | None,
+        combine: Combine | None,
+    ) -> None:
+        """The reference path: one chunk ``[R, t, d]``, a handful of ``[R, N, ...]`` ops per example."""
+        # l(r) = -1 where y <= r, else +1 (Algorithm 1, line 4), for every step of the chunk
+        signs = torch.where(labels[..., None] <= self.rank_index, -1.0, 1.0)
+        # per-step views shaped once per chunk, so a step runs no reshaping ops:
+        # x [R, 1, d], y [R, 1], signs [R, 1, k-1], presented [R, N]
+        rounds = zip(
+            features[:, :, None].unbind(1),
+            labels[:, :, None].unbind(1),
+            signs[:, :, None].unbind(1),
+            presented.unbind(0),
+            strict=True,
+        )
+        step_predictions, step_mistakes = [], []
+        for t, (x, y, sign, shown) in enumerate(rounds):
+            if combined is not None:
+                combined[:, t] = self._combined_now(x, combine)
+            predicted, mistake = self._step(x, y, sign, shown)
+            step_predictions.append(predicted)
+            step_mistakes.append(mistake)
+            if combine == "vp":  # the online vote needs the counts as of this round
+                self.correct.add_(shown & ~mistake)
+        predictions.copy_(torch.stack(step_predictions, -1))
+        # the counters are summed once per chunk rather than with three more ops per step
+        self._count(presented, torch.stack(step_mistakes), correct=combine != "vp")
+
+    def _kernel(self, combine: Combine | None):
+        """The fused kernel for this call (``stream`` of ``kernels.prank_cpu`` or ``prank_triton``), or
+        None for the tensor path. Online Bagg and VP predictions follow from every perceptron's own
+        predictions (and VP's running counts), which the kernels return; BPM's averaged hypothesis
+        and the voted history need every perceptron's state after every round, so those take the
+        tensor path."""
+        if not self.fused or self.keep_history or combine not in (None, "bagg", "vp"):
+            return None
+        wanted = self.fused if isinstance(self.fused, str) else ("triton" if self.device.type == "cuda" else "cpu")
+        if wanted == "triton" and prank_triton.available(self.device):
+            return prank_triton.stream
+        if wanted == "cpu" and self.device.type == "cpu" and prank_cpu.kernel() is not None:
+            return prank_cpu.stream
+        if isinstance(self.fused, str):
+            raise RuntimeError(f"fused={self.fused!r} is not available on {self.device} (see kernels.build)")
+        return None
+
+    def _empty_predictions(self, steps: int, kernel) -> Tensor:
+        """``[R, N, T]`` long; perceptron-minor in memory for the Triton kernel (coalesced stores)."""
+        options = dict(dtype=torch.long, device=self.device)
+        if kernel is prank_triton.stream:
+            return torch.empty(self.r, steps, self.n, **options).transpose(1, 2)
+        return torch.empty(self.r, self.n, steps, **options)
 
     def _count(self, presented: Tensor, mistakes: Tensor, *, correct: bool) -> None:
         """Add a chunk's ``presented`` and ``mistakes`` ``[t, R, N]`` to the per-perceptron counters."""
@@ -178,6 +251,18 @@ class PRankEnsemble:
         self.presented.add_(presented.sum(0))
         if correct:
             self.correct.add_((presented & ~mistakes).sum(0))
+
+    def _combined_from_predictions(
+        self, each: Tensor, labels: Tensor, presented: Tensor, correct_before: Tensor | None, combine: Combine
+    ) -> Tensor:
+        """Online Bagg / VP predictions ``[R, t]`` of a chunk from the perceptrons' own predictions
+        ``each [R, N, t]`` made before each update: the same rule as ``predict`` at every round, with
+        VP's votes counted up to (not including) that round."""
+        if combine == "bagg":
+            return _vote(each, None, self.k)
+        right = (presented.permute(1, 2, 0) & (each == labels[:, None, :])).long()  # [R, N, t]
+        votes = correct_before.unsqueeze(-1) + (right.cumsum(-1) - right).to(correct_before.dtype)
+        return _vote(each, votes, self.k)
 
     def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
         """The combined rule's rank of ``x [R, 1, d]`` under the current state, ``[R]``."""
@@ -238,10 +323,9 @@ class PRankEnsemble:
         if combine == "each":
             return each
         if combine == "bagg":
-            return _round_rank(each.float().mean(1), self.k)
+            return _vote(each, None, self.k)
         if combine == "vp":
-            votes = torch.where(self.correct.sum(1, keepdim=True) > 0, self.correct, torch.ones_like(self.correct))
-            return _round_rank((each.float() * votes.unsqueeze(-1)).sum(1) / votes.sum(1, keepdim=True), self.k)
+            return _vote(each, self.correct.unsqueeze(-1).expand(each.shape), self.k)
         if combine == "voted":
             return self._voted(features)
         raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
@@ -271,6 +355,17 @@ def _cpu(state: Tensor) -> torch.Generator:
     generator = torch.Generator()
     generator.set_state(state)
     return generator
+
+
+def _vote(each: Tensor, votes: Tensor | None, k: int) -> Tensor:
+    """Bagg (``votes=None``: the mean rank) or VP (the ``votes``-weighted mean, equal weights while a
+    run has no votes) of ranks ``each [R, N, n]``, rounded: ``[R, n]``. In float64, where these
+    integer sums are exact whatever their order, so every path that calls it agrees bit for bit."""
+    if votes is None:
+        return _round_rank(each.double().mean(1), k)
+    votes = votes.double()
+    votes = torch.where(votes.sum(1, keepdim=True) > 0, votes, torch.ones_like(votes))
+    return _round_rank((each.double() * votes).sum(1) / votes.sum(1), k)
 
 
 def _round_rank(value: Tensor, k: int) -> Tensor:

@@ -33,7 +33,7 @@ def stream(seed, runs, steps, d, k):
     return x, y
 
 
-# fused=True: the compiled CPU loop (rankers._prank_cpu); False: the tensor path every device runs
+# fused=True: the compiled CPU loop (kernels.prank_cpu); False: the tensor path every device runs
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_single_perceptron_is_algorithm_1_example_by_example(k, fused):

@@ -1,0 +1,249 @@
+"""PRank / OAP stream kernels: C++ (CPU), Triton (interpreter on CPU, compiled on CUDA) and the tensor
+path against a scalar Algorithm 1 written here, example by example, on the same Bernoulli draws."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels import prank_cpu, prank_triton
+from rankers import perceptron
+from rankers.perceptron import PRankEnsemble
+from tests.conftest import cuda_only
+
+PATHS = ["tensor", "cpu", "triton"]
+FUSED = {"tensor": False, "cpu": "cpu", "triton": "triton"}
+
+
+@pytest.fixture(autouse=True)
+def triton_interpreter(monkeypatch):
+    """Triton kernels run on CPU tensors through Triton's interpreter."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def needs(path: str) -> None:
+    if path == "triton" and prank_triton.triton is None:
+        pytest.skip("triton is not installed (pip install -e .[dev])")
+    if path == "cpu":  # CI builds it first (python -m kernels.build): a missing build is a failure here
+        assert prank_cpu.kernel() is not None, "the PRank CPU kernel could not be built"
+
+
+def scalar_oap(xs, ys, shown, k):
+    """Algorithm 1 as printed (1-based ranks, Python floats) for one perceptron that sees example t
+    only where ``shown[t]`` (Algorithm 2); yields (prediction before the update, w, c) per example."""
+    w, c = [0.0] * len(xs[0]), [0.0] * (k - 1)
+    for x, y, seen in zip(xs, ys, shown, strict=True):
+        score = sum(wi * xi for wi, xi in zip(w, x, strict=True))
+        y_hat = min(r for r in range(1, k + 1) if score - [*c, math.inf][r - 1] < 0)
+        if seen and y_hat != y:
+            labels = [-1 if y <= r else 1 for r in range(1, k)]
+            a = [lab if (score - c[r - 1]) * lab <= 0 else 0 for r, lab in zip(range(1, k), labels, strict=True)]
+            w = [wi + sum(a) * xi for wi, xi in zip(w, x, strict=True)]
+            c = [cr - ar for cr, ar in zip(c, a, strict=True)]
+        yield y_hat, list(w), list(c)
+
+
+def exact_stream(seed: int, runs: int, steps: int, d: int, k: int, n: int, tau: float = 0.6):
+    """Half-integer features (every sum exact in float32, so all paths agree bit for bit) and draws."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, (runs, steps, d), generator=g).float() / 2
+    y = torch.randint(0, k, (runs, steps), generator=g)
+    presented = torch.rand(steps, runs, n, generator=g) < tau
+    return x, y, presented
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("k", [2, 5])
+def test_every_path_is_algorithm_1_on_the_same_draws(path, k):
+    needs(path)
+    runs, steps, d, n = 2, 40, 3, 5
+    x, y, presented = exact_stream(k, runs, steps, d, k, n)
+    model = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
+    predictions = model.partial_fit(x, y, presented=presented)
+    for run in range(runs):
+        for p in range(n):
+            reference = list(scalar_oap(x[run].tolist(), (y[run] + 1).tolist(), presented[:, run, p].tolist(), k))
+            assert [v + 1 for v in predictions[run, p].tolist()] == [r[0] for r in reference]
+            assert model.weights[run, p].tolist() == reference[-1][1]
+            assert model.thresholds[run, p].tolist() == reference[-1][2]
+
+
+@pytest.mark.parametrize("path", ["cpu", "triton"])
+def test_kernels_match_the_tensor_path_example_by_example(path):
+    needs(path)
+    runs, steps, d, n, k = 2, 12, 4, 19, 4  # N = 19: not a multiple of any block size
+    x, y, presented = exact_stream(3, runs, steps, d, k, n)
+    x = x + torch.randn(x.shape, generator=torch.Generator().manual_seed(4))  # inexact floats too
+    fused = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
+    tensor = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=False)
+    for t in range(steps):
+        one = slice(t, t + 1)
+        assert torch.equal(
+            fused.partial_fit(x[:, one], y[:, one], presented=presented[one]),
+            tensor.partial_fit(x[:, one], y[:, one], presented=presented[one]),
+        ), f"predictions differ at example {t}"
+        assert torch.equal(fused.thresholds, tensor.thresholds), f"thresholds differ after example {t}"
+        assert (fused.thresholds.diff(dim=-1) >= 0).all(), f"threshold order broken after example {t}"
+        # summation order of w . x is the only difference
+        torch.testing.assert_close(fused.weights, tensor.weights, rtol=1e-5, atol=1e-5)
+    for counter in ("correct", "presented", "mistakes"):
+        assert torch.equal(getattr(fused, counter), getattr(tensor, counter)), counter
+
+
+@pytest.mark.parametrize("path", ["cpu", "triton"])
+def test_chunks_runs_and_own_draws(path, monkeypatch):
+    """Several chunks of one stream, R runs each with its own stream and tau, draws from the generator."""
+    needs(path)
+    monkeypatch.setattr(perceptron, "CHUNK", 16)
+    runs, steps, d, n, k = 3, 40, 3, 6, 3
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(runs, steps, d, generator=g), torch.randint(0, k, (runs, steps), generator=g)
+    options = dict(n_perceptrons=n, n_runs=runs, tau=[0.3, 0.6, 1.0], seed=11)
+    fused = PRankEnsemble(d, k, **options, fused=FUSED[path])
+    tensor = PRankEnsemble(d, k, **options, fused=False)
+    assert torch.equal(fused.partial_fit(x, y), tensor.partial_fit(x, y))
+    assert torch.equal(fused.thresholds, tensor.thresholds)
+    torch.testing.assert_close(fused.weights, tensor.weights, rtol=1e-5, atol=1e-5)
+    assert torch.equal(fused.presented, tensor.presented)
+
+
+@pytest.mark.parametrize("path", ["cpu", "triton"])
+def test_zero_padded_features_change_nothing(path):
+    """Table 2's protocol pads d across trials: zero columns must leave predictions and weights alone."""
+    needs(path)
+    runs, steps, d, n, k = 2, 30, 3, 4, 5
+    x, y, presented = exact_stream(8, runs, steps, d, k, n)
+    padded = torch.cat([x, torch.zeros(runs, steps, 5)], -1)
+    plain = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
+    wide = PRankEnsemble(d + 5, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
+    assert torch.equal(plain.partial_fit(x, y, presented=presented), wide.partial_fit(padded, y, presented=presented))
+    assert torch.equal(wide.weights[..., :d], plain.weights)
+    assert not wide.weights[..., d:].any()
+
+
+@pytest.mark.parametrize("path", ["cpu", "triton"])
+@pytest.mark.parametrize("combine", ["bagg", "vp"])
+def test_online_bagg_and_vp_from_the_kernels_equal_the_tensor_path(path, combine, monkeypatch):
+    """OAP-Bagg / OAP-VP online predictions (Figure 2's curve) follow from the kernels' per-perceptron
+    predictions and running vote counts: the same as the tensor path's round-by-round rule."""
+    needs(path)
+    monkeypatch.setattr(perceptron, "CHUNK", 8)  # votes carried across chunks
+    runs, steps, d, n, k = 2, 20, 3, 7, 4
+    x, y, presented = exact_stream(5, runs, steps, d, k, n, tau=0.5)
+    fused = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
+    tensor = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=False)
+    assert fused._kernel(combine) is not None and tensor._kernel(combine) is None
+    for half in (slice(0, 12), slice(12, steps)):  # two calls: counts carried across calls too
+        online = fused.partial_fit(x[:, half], y[:, half], combine=combine, presented=presented[half])
+        expected = tensor.partial_fit(x[:, half], y[:, half], combine=combine, presented=presented[half])
+        assert torch.equal(online, expected)
+    for counter in ("correct", "presented", "mistakes"):
+        assert torch.equal(getattr(fused, counter), getattr(tensor, counter)), counter
+    assert torch.equal(fused.predict(x[:, :5], combine), tensor.predict(x[:, :5], combine))
+
+
+def test_launch_config_blocks_are_powers_of_two():
+    for n, d, k in [(1, 1, 2), (100, 6, 5), (19, 300, 3), (500, 5000, 10)]:
+        config = prank_triton.launch_config(n, d, k)
+        for name in ("BLOCK_N", "BLOCK_D", "BLOCK_K"):
+            assert config[name] & (config[name] - 1) == 0 and config[name] >= 2
+        assert config["BLOCK_D"] >= d and config["BLOCK_K"] >= k - 1
+        assert 1 <= config["num_warps"] <= 8
+
+
+def test_forced_kernel_that_is_unavailable_is_an_error(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    model = PRankEnsemble(2, 3, fused="triton")
+    with pytest.raises(RuntimeError, match="not available"):
+        model.partial_fit(torch.zeros(1, 3, 2), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError):
+        PRankEnsemble(2, 3, fused="gpu")
+
+
+# -- building the C++ kernel ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """An empty build cache and a loader that has not tried yet."""
+    monkeypatch.setattr(prank_cpu, "build_directory", lambda: tmp_path)
+    monkeypatch.setattr(prank_cpu, "_KERNEL", None)
+    monkeypatch.setattr(prank_cpu, "_TRIED", False)
+    return tmp_path
+
+
+def test_first_use_says_it_compiles(fresh_build, monkeypatch, capsys):
+    compiled = []
+    monkeypatch.setattr(prank_cpu, "_compile", lambda: compiled.append(1) or "module")
+    assert prank_cpu.load_kernel() == "module"
+    assert compiled and prank_cpu.COMPILE_MESSAGE in capsys.readouterr().err
+
+
+def test_a_cached_build_loads_silently_without_compiling(monkeypatch, capsys):
+    needs("cpu")  # the real cache is built now
+    monkeypatch.setattr(prank_cpu, "_compile", lambda: pytest.fail("compiled although cached"))
+    module = prank_cpu.load_kernel()
+    assert hasattr(module, "prank_stream")
+    assert capsys.readouterr().err == ""
+
+
+def test_extension_name_follows_the_source(monkeypatch, tmp_path):
+    source = tmp_path / "prank_cpu.cpp"
+    source.write_text(prank_cpu.SOURCE.read_text())
+    monkeypatch.setattr(prank_cpu, "SOURCE", source)
+    before = prank_cpu.extension_name()
+    source.write_text(prank_cpu.SOURCE.read_text() + "\n// changed\n")
+    assert prank_cpu.extension_name() != before
+    assert before.startswith("ltr_prank_cpu_")
+
+
+@pytest.mark.parametrize("missing", ["compiler", "ninja"])
+def test_missing_toolchain_falls_back_to_the_tensor_path(fresh_build, monkeypatch, missing):
+    import torch.utils.cpp_extension as cpp_extension
+
+    if missing == "compiler":
+        monkeypatch.setenv("CXX", str(fresh_build / "no-such-c++"))
+    else:
+        monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+    with pytest.warns(UserWarning, match="PRank CPU kernel unavailable, using the tensor path"):
+        assert prank_cpu.kernel() is None
+    x, y, presented = exact_stream(1, 2, 30, 3, 4, 3)
+    fallback = PRankEnsemble(3, 4, n_perceptrons=3, n_runs=2, fused=True)
+    tensor = PRankEnsemble(3, 4, n_perceptrons=3, n_runs=2, fused=False)
+    assert torch.equal(fallback.partial_fit(x, y, presented=presented), tensor.partial_fit(x, y, presented=presented))
+
+
+# -- on the GPU ---------------------------------------------------------------------------------
+
+
+@cuda_only
+def test_triton_on_cuda_matches_the_tensor_path_on_cuda(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    runs, steps, d, n, k = 4, 5000, 6, 100, 5  # several chunks, N not a multiple of the block
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(runs, steps, d, generator=g), torch.randint(0, k, (runs, steps), generator=g)
+    presented = torch.rand(steps, runs, n, generator=g) < 0.6
+    fused = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, device="cuda")
+    tensor = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, device="cuda", fused=False)
+    assert fused._kernel(None) is prank_triton.stream
+    assert torch.equal(fused.partial_fit(x, y, presented=presented), tensor.partial_fit(x, y, presented=presented))
+    assert torch.equal(fused.thresholds, tensor.thresholds)
+    torch.testing.assert_close(fused.weights, tensor.weights, rtol=1e-5, atol=1e-4)
+    for counter in ("correct", "presented", "mistakes"):
+        assert torch.equal(getattr(fused, counter), getattr(tensor, counter)), counter
+
+
+@cuda_only
+def test_triton_on_cuda_is_algorithm_1(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    runs, steps, d, n, k = 2, 300, 3, 5, 5
+    x, y, presented = exact_stream(2, runs, steps, d, k, n)
+    model = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, device="cuda")
+    predictions = model.partial_fit(x, y, presented=presented).cpu()
+    for run in range(runs):
+        for p in range(n):
+            reference = list(scalar_oap(x[run].tolist(), (y[run] + 1).tolist(), presented[:, run, p].tolist(), k))
+            assert [v + 1 for v in predictions[run, p].tolist()] == [r[0] for r in reference]
+            assert model.weights[run, p].tolist() == reference[-1][1]
