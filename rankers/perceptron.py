@@ -234,17 +234,30 @@ class PRankEnsemble:
         if combine == "bpm":
             score = torch.bmm(features, self.weights.mean(1).unsqueeze(-1)).squeeze(-1)
             return rank_of(score, self.thresholds.mean(1).unsqueeze(1))
-        each = self._each(features, self.weights, self.thresholds)  # [R, N, n]
         if combine == "each":
-            return each
-        if combine == "bagg":
-            return _round_rank(each.float().mean(1), self.k)
-        if combine == "vp":
-            votes = torch.where(self.correct.sum(1, keepdim=True) > 0, self.correct, torch.ones_like(self.correct))
-            return _round_rank((each.float() * votes.unsqueeze(-1)).sum(1) / votes.sum(1, keepdim=True), self.k)
+            return self._each(features, self.weights, self.thresholds)  # [R, N, n]
+        if combine in ("bagg", "vp", "voted"):
+            return _round_rank(self.mean_rank(features, combine), self.k)
+        raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
+
+    def mean_rank(self, features: Tensor, combine: Combine = "bagg") -> Tensor:
+        """The voting ensembles' averaged rank before rounding, ``[R, n]`` float, for ``features [R, n, d]``.
+
+        Harrington's final hypotheses as written: OAP-Bagg ``H(x) = sum_i h_i(x) / N``, OAP-VP
+        ``sum_i v_i h_i(x) / sum_i v_i``, and for ``voted`` the voted perceptron's survival-weighted
+        mean over stored hypotheses (averaged over the N perceptrons). ``h_i`` are 1-based in the
+        paper; this is 0-based like every rank here. ``predict`` rounds it to the nearest rank.
+        """
+        features = features.to(self.device, torch.float32)
         if combine == "voted":
             return self._voted(features)
-        raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
+        each = self._each(features, self.weights, self.thresholds).float()  # [R, N, n]
+        if combine == "bagg":
+            return each.mean(1)
+        if combine == "vp":
+            votes = torch.where(self.correct.sum(1, keepdim=True) > 0, self.correct, torch.ones_like(self.correct))
+            return (each * votes.unsqueeze(-1)).sum(1) / votes.sum(1, keepdim=True)
+        raise ValueError(f"mean_rank combines bagg, vp or voted; got {combine!r}")
 
     @staticmethod
     def _each(features: Tensor, weights: Tensor, thresholds: Tensor) -> Tensor:
@@ -264,7 +277,7 @@ class PRankEnsemble:
         mean = torch.where(
             votes > 0, total / votes.clamp_min(1e-12), self._each(features, self.weights, self.thresholds).float()
         )
-        return _round_rank(mean.mean(1), self.k)
+        return mean.mean(1)
 
 
 def _cpu(state: Tensor) -> torch.Generator:
