@@ -115,7 +115,7 @@ def test_non_utf8_byte_names_the_line(tmp_path):
 def test_truncated_gzip_is_a_format_error(tmp_path):
     path = tmp_path / "ratings.gz"
     path.write_bytes(gzip.compress(ML_1M.encode() * 50)[:40])
-    with pytest.raises(RatingsFormatError, match="ratings.gz: cannot read"):
+    with pytest.raises(RatingsFormatError, match=r"ratings\.gz: cannot read"):
         read_ratings(path)
 
 
@@ -199,9 +199,7 @@ def ratings_files(draw):
     users = draw(st.lists(ID, min_size=1, max_size=6, unique=True))
     items = draw(st.lists(ID, min_size=1, max_size=8, unique=True))
     pairs = draw(
-        st.lists(
-            st.tuples(st.sampled_from(users), st.sampled_from(items)), min_size=1, max_size=n, unique=True
-        )
+        st.lists(st.tuples(st.sampled_from(users), st.sampled_from(items)), min_size=1, max_size=n, unique=True)
     )
     step = draw(st.sampled_from([1.0, 0.5, 0.25]))
     grades = draw(st.lists(st.integers(0, 8), min_size=len(pairs), max_size=len(pairs)))
