@@ -3,6 +3,14 @@
 Both predict one *target* user's grade of an item from the other users' grades of it. An example
 is one item the target rated: its label is the target's rank, its features are the other
 qualifying users' ratings of the item, shifted so that 0 means "not rated" (:class:`RatingScale`).
+By default each instance is then scaled to unit length (``normalize="unit"``; ``"none"`` keeps the
+raw shifted scores). The paper's section 4.2 does not say; its perceptron analysis "is assuming the
+instances to be normalized" (footnote 1), and a Bayes point is the centre of a version space of
+normalized instances (Herbrich et al.), which OAP-BPM approximates by averaging. It also keeps an
+item that many users rated from outweighing one that few rated. On MovieLens-like data with 10
+half-star grades it decides whether averaging weights (BPM) beats averaging ranks (Bagg/VP); see
+``docs/harrington2003_cf.md``.
+
 Each Monte-Carlo trial draws its own target user, so trials differ in data; all trials share the
 feature columns (every qualifying user, with the target's own column zero in its trial: a zero
 feature is never updated by a perceptron or Widrow-Hoff, so this equals dropping the column, and
@@ -88,6 +96,7 @@ class RatingsProtocol(OrdinalStreamDataModule):
             (smallest, largest rating, the grid step); off-scale ratings are errors naming the line.
         duplicates: ``last`` | ``first`` | ``error``, what a second rating of an item by a user does
             (counted and reported in ``statistics``).
+        normalize: ``unit`` (each instance divided by its Euclidean norm) or ``none``.
         n_ranks: if given, must equal the scale's number of grades (a check for model configs).
     """
 
@@ -103,10 +112,14 @@ class RatingsProtocol(OrdinalStreamDataModule):
         max_rating: float | None = None,
         rating_step: float | None = None,
         duplicates: str = "last",
+        normalize: str = "unit",
         n_ranks: int | None = None,
         **loader_options,
     ) -> None:
         super().__init__(**loader_options)
+        if normalize not in ("unit", "none"):
+            raise ValueError(f"normalize must be 'unit' or 'none', got {normalize!r}")
+        self.normalize = normalize
         self.path, self.min_ratings, self.n_trials = path, min_ratings, trials
         self.data_seed, self.trial = data_seed, trial
         self.scale_options = {"min_rating": min_rating, "max_rating": max_rating, "rating_step": rating_step}
@@ -206,6 +219,9 @@ class RatingsProtocol(OrdinalStreamDataModule):
         items = np.take_along_axis(self.histories[targets], positions, 1)
         x = self.features[items]  # [R, n, d]
         x[np.arange(len(targets)), :, targets] = 0.0  # the target is not its own feature
+        if self.normalize == "unit":  # each instance on the unit sphere (an item nobody else rated stays 0)
+            norms = np.linalg.norm(x, axis=-1, keepdims=True)
+            np.divide(x, norms, out=x, where=norms > 0)
         y = np.take_along_axis(self.history_ranks[targets], positions, 1)
         return torch.from_numpy(x), torch.from_numpy(y)
 

@@ -49,7 +49,9 @@ def ratings_file(tmp_path):
 
 def test_harrington_protocol_matches_a_direct_construction(ratings_file):
     path, truth = ratings_file
-    protocol = HarringtonRatings(str(path), min_ratings=11, n_items=10, n_train=7, trials=30, data_seed=3)
+    protocol = HarringtonRatings(
+        str(path), min_ratings=11, n_items=10, n_train=7, trials=30, data_seed=3, normalize="none"
+    )
     trials = protocol.trials()
     # users with more than 10 ratings: a, b, c, d (e has exactly 10, f 3); d = 4 feature columns
     assert list(trials.feature_users) == ["a", "b", "c", "d"]
@@ -69,6 +71,16 @@ def test_harrington_protocol_matches_a_direct_construction(ratings_file):
     assert any(
         list(t) != sorted(t, key=lambda item: truth[tg, item][1]) for tg, t in zip(trials.targets, trials.train_items)
     )
+
+
+def test_unit_normalization_scales_each_instance(ratings_file):
+    path, _truth = ratings_file
+    options = dict(min_ratings=11, n_items=10, n_train=7, trials=10, data_seed=3)
+    raw = HarringtonRatings(str(path), normalize="none", **options).trials()
+    unit = HarringtonRatings(str(path), **options).trials()
+    norms = raw.train_x.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(unit.train_x, torch.where(norms > 0, raw.train_x / norms, 0.0))
+    assert ((unit.train_x.norm(dim=-1) - 1).abs() < 1e-5).sum() == (norms > 0).sum()
 
 
 def test_trials_are_reproducible_independent_and_seeded(ratings_file):
@@ -93,7 +105,7 @@ def test_trials_are_reproducible_independent_and_seeded(ratings_file):
 
 def test_crammer_singer_protocol_streams_the_first_ratings_in_time_order(ratings_file):
     path, truth = ratings_file
-    protocol = CrammerSingerRatings(str(path), min_ratings=10, n_rounds=8, n_test=2, trials=20)
+    protocol = CrammerSingerRatings(str(path), min_ratings=10, n_rounds=8, n_test=2, trials=20, normalize="none")
     trials = protocol.trials()
     # "at least" 10 ratings: e qualifies here
     assert list(trials.feature_users) == ["a", "b", "c", "d", "e"]
@@ -120,7 +132,7 @@ def test_a_trial_under_train_py_is_a_stream_datamodule(ratings_file):
 def test_half_star_files_get_ten_ranks(tmp_path):
     table_path = tmp_path / "half.tsv"
     write_ratings(movielens_like(n_users=80, n_items=300, n_ratings=8000, half_stars=True, seed=1), table_path)
-    protocol = HarringtonRatings(str(table_path), min_ratings=101, n_items=100, n_train=70, trials=3)
+    protocol = HarringtonRatings(str(table_path), min_ratings=101, n_items=100, n_train=70, trials=3, normalize="none")
     trials = protocol.trials()
     assert trials.n_ranks == 10 and protocol.scale.step == 0.5 and protocol.scale.minimum == 0.5
     allowed = np.concatenate([[0.0], (np.arange(0.5, 5.01, 0.5) - 0.5) / 4.5 - 0.5])
