@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from datamodules.ratings import RatingsProtocol, RatingTrials
 from rankers.harrington import rank_losses, student_t_interval
 from rankers.perceptron import PRankEnsemble, WidrowHoff
+from rankers.perceptron import _round_rank as round_rank
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,11 @@ def oap_rows(
     test_y = trials.test_y.to(device)
     rows = {f"OAP-BPM tau={tau:g}": rank_losses(ensemble.predict(trials.test_x, "bpm"), test_y)}
     rounded = {}
+    each = ensemble.predict(trials.test_x, "each")  # [R, N, n], read out twice below
     for combine, name in (("bagg", "OAP-Bagg"), ("vp", "OAP-VP")):
-        rows[f"{name} tau={tau:g}"] = _mean_abs(ensemble.mean_rank(trials.test_x, combine), test_y)
-        rounded[f"{name} tau={tau:g} (rounded)"] = rank_losses(ensemble.predict(trials.test_x, combine), test_y)
+        mean = ensemble.mean_rank(trials.test_x, combine, each=each)
+        rows[f"{name} tau={tau:g}"] = _mean_abs(mean, test_y)
+        rounded[f"{name} tau={tau:g} (rounded)"] = rank_losses(round_rank(mean, trials.n_ranks), test_y)
     return rows, rounded
 
 

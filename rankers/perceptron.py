@@ -240,18 +240,21 @@ class PRankEnsemble:
             return _round_rank(self.mean_rank(features, combine), self.k)
         raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
 
-    def mean_rank(self, features: Tensor, combine: Combine = "bagg") -> Tensor:
+    def mean_rank(self, features: Tensor, combine: Combine = "bagg", *, each: Tensor | None = None) -> Tensor:
         """The voting ensembles' averaged rank before rounding, ``[R, n]`` float, for ``features [R, n, d]``.
 
         Harrington's final hypotheses as written: OAP-Bagg ``H(x) = sum_i h_i(x) / N``, OAP-VP
         ``sum_i v_i h_i(x) / sum_i v_i``, and for ``voted`` the voted perceptron's survival-weighted
         mean over stored hypotheses (averaged over the N perceptrons). ``h_i`` are 1-based in the
         paper; this is 0-based like every rank here. ``predict`` rounds it to the nearest rank.
+        ``each`` may pass ``predict(features, "each")`` when it is already computed.
         """
         features = features.to(self.device, torch.float32)
         if combine == "voted":
             return self._voted(features)
-        each = self._each(features, self.weights, self.thresholds).float()  # [R, N, n]
+        if each is None:
+            each = self._each(features, self.weights, self.thresholds)
+        each = each.float()  # [R, N, n]
         if combine == "bagg":
             return each.mean(1)
         if combine == "vp":
