@@ -126,3 +126,22 @@ def test_table2_from_the_command_line(tmp_path):
     assert {"WH eta=0.05", "PRank", "OAP-BPM tau=0.3"} <= set(results["table"])
     assert all({"mean", "ci95"} <= set(row) for row in results["table"].values())
     assert results["data"]["qualifying_users"] > 10 and len(results["targets"]) == 5
+
+
+def test_one_trial_trains_under_train_py(make_cfg, tmp_path):
+    from rankers.pipeline import train
+
+    cfg = make_cfg(
+        "model=oap_bpm",
+        "model.n_perceptrons=10",
+        "data=ratings_harrington",
+        f"data.path={_ratings_file(tmp_path, seed=6)}",
+        "data.trial=2",
+        "callbacks.progress_bar.refresh_rate=0",
+        out=tmp_path / "run",
+        tiny=False,
+    )
+    results = train(cfg)
+    assert results["data"]["train"]["examples"] == 210 and results["data"]["test"]["examples"] == 90
+    assert 0 < results["test"]["rank_loss"] < 1.2
+    assert (tmp_path / "run" / "export" / "scorer.pt").exists()
