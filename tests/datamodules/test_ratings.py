@@ -173,3 +173,18 @@ def test_generator_is_movielens_like_and_seeded():
                 c = np.corrcoef(dense[i, both], dense[j, both])[0, 1]
                 (same if groups[i] == groups[j] else different).append(c)
     assert np.mean(same) > np.mean(different) + 0.2
+
+
+def test_ratings_datamodule_counts_a_repeated_rating_once(tmp_path):
+    # issue 9: on the old reader the target's second rating of item 1 was an extra example with another label
+    from datamodules.ordinal import RatingsDataModule
+
+    path = tmp_path / "ratings.txt"
+    lines = [f"7 {item} {1 + item % 5}\n1 {item} {1 + item % 5}\n" for item in range(20)]
+    path.write_text("".join(lines) + "7 1 5\n")
+    datamodule = RatingsDataModule(str(path), target_user=7)
+    datamodule.setup()
+    assert sum(len(y) for _x, y in datamodule.splits.values()) == 20
+    assert datamodule.statistics["data"]["duplicates_dropped"] == 1
+    with pytest.raises(RatingsFormatError, match=r"ratings.txt:41: user '7' rated item '1' again \(first on line 3\)"):
+        RatingsDataModule(str(path), target_user=7, duplicates="error").setup()
