@@ -36,6 +36,12 @@ class Batch(TypedDict):
     query_index: NotRequired[Tensor]  # [B] long, the query's index in its split
 
 
+# The query index of a padding batch: a rank with fewer evaluation batches than the others gets
+# batches of one empty (all-masked) query, which every metric skips, so under DDP each rank runs the
+# same number of batches and each real query is still counted exactly once.
+PADDING_QUERY = -1
+
+
 class StreamBatch(TypedDict):
     """A slice of an ordinal stream (PRank, OAP, Widrow-Hoff), in stream order."""
 
@@ -96,6 +102,8 @@ class QueryDataset(Dataset):
 
     def __getitem__(self, item: int | tuple[int, int]) -> tuple[Tensor, Tensor, int, int]:
         index, seed = item if isinstance(item, tuple) else (item, -1)
+        if index == PADDING_QUERY:  # one document, masked out by collate
+            return self.features.new_zeros(1, self.features.shape[1]), self.labels.new_zeros(1), index, seed
         start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
         return self.features[start:stop], self.labels[start:stop], index, seed
 
@@ -110,6 +118,7 @@ def make_collate(max_list_length: int | None) -> Callable[[list], Batch]:
         starts = torch.cumsum(lengths, 0) - lengths
         batch = pad_batch(features, labels, starts, lengths)
         batch["query_index"] = torch.tensor([index for _, _, index, _ in items])
+        batch["mask"] &= (batch["query_index"] != PADDING_QUERY)[:, None]
         seed = items[0][3] if items else -1
         if seed >= 0:
             batch = sample_lists(batch, max_list_length, torch.Generator().manual_seed(seed))
@@ -148,7 +157,10 @@ class QueryBatchSampler(Sampler[list]):
     Bucketing sorts queries by length inside windows of ``50 * batch_size`` so that a batch pads
     little, then shuffles the order of batches. With ``with_seeds`` each index comes with a batch
     seed for the list sampling. With ``torch.distributed`` initialized, each rank takes every
-    ``world_size``-th batch (so set ``use_distributed_sampler=False`` in the trainer).
+    ``world_size``-th batch (so set ``use_distributed_sampler=False`` in the trainer), and every
+    rank gets the same number of batches: in training the list is padded by repeating its first
+    batches (as ``DistributedSampler`` repeats samples); in evaluation (``shuffle=False``) by
+    padding batches of one empty query (``PADDING_QUERY``), so each real query counts once.
     """
 
     def __init__(
@@ -178,7 +190,7 @@ class QueryBatchSampler(Sampler[list]):
         if self.sampler.shuffle and self.bucket:
             batches = [batches[i] for i in self.sampler.rng(1).permutation(len(batches))]
         rank, world = _rank_and_world()
-        return batches[rank::world]
+        return _pad_to_multiple(batches, world, repeat=self.sampler.shuffle)[rank::world]
 
     def batch_seed(self, number: int) -> int:
         return int(self.sampler.rng(2, number).integers(2**62))
@@ -192,8 +204,19 @@ class QueryBatchSampler(Sampler[list]):
                 yield [int(i) for i in batch]
 
     def __len__(self) -> int:
-        rank, world = _rank_and_world()
-        return len(range(rank, math.ceil(len(self.lengths) / self.batch_size), world))
+        _, world = _rank_and_world()
+        return math.ceil(math.ceil(len(self.lengths) / self.batch_size) / world)
+
+
+def _pad_to_multiple(batches: list[np.ndarray], world: int, *, repeat: bool) -> list[np.ndarray]:
+    """``batches`` lengthened to a multiple of ``world``: by its first batches (``repeat``), else by
+    padding batches."""
+    missing = -len(batches) % world
+    if not missing or not batches:
+        return batches
+    if repeat:
+        return batches + [batches[i % len(batches)] for i in range(missing)]
+    return batches + [np.array([PADDING_QUERY])] * missing
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -232,9 +255,12 @@ class DeviceBatches:
         self.batch_plan.set_epoch(self.epoch_fn())
         device = self.features.device
         for number, indices in enumerate(self.batch_plan.batches()):
+            real = indices != PADDING_QUERY  # host-side: no device sync
+            width = int(self.batch_plan.lengths[indices[real]].max()) if real.any() else 1
             index = torch.as_tensor(indices, device=device)
-            width = int(self.batch_plan.lengths[indices].max())  # host-side lengths: no device sync
-            batch = pad_batch(self.features, self.labels, self.starts[index], self.lengths[index], width)
+            safe = index.clamp_min(0)
+            batch = pad_batch(self.features, self.labels, self.starts[safe], self.lengths[safe], width)
+            batch["mask"] &= (index != PADDING_QUERY)[:, None]
             batch["query_index"] = index
             if self.batch_plan.with_seeds:
                 generator = torch.Generator(device=device).manual_seed(self.batch_plan.batch_seed(number))

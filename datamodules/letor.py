@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from datamodules.batching import DeviceBatches, QueryBatchSampler, QueryDataset, make_collate
-from datamodules.letor_io import LetorData, read_letor
+from datamodules.letor_io import LetorData, read_letor, refuse_overflowing_gains
 from datamodules.normalization import KINDS, FeatureNormalizer
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,9 @@ class LetorDataModule(pl.LightningDataModule):
         device_resident: keep each split on the training device and build batches by indexing.
         cache_dir: where parsed files are cached (``None``: no cache).
         n_ranks: number of grades, for the ordinal rankers (PRank, OAP) trained on this data.
+        gain: the metrics' and losses' gain (``model.gain``); with ``"exp2"`` a label whose gain
+            overflows float32 is refused here, naming file and line, rather than turning into NaN.
+        max_dense_gib: the largest dense feature matrix a file may make (default: half the memory).
     """
 
     def __init__(
@@ -70,6 +73,8 @@ class LetorDataModule(pl.LightningDataModule):
         cache_dir: str | None = None,
         seed: int = 0,
         n_ranks: int = 5,
+        gain: str = "exp2",
+        max_dense_gib: float | None = None,
     ) -> None:
         super().__init__()
         if normalization not in KINDS:
@@ -82,6 +87,8 @@ class LetorDataModule(pl.LightningDataModule):
         self.max_list_length, self.bucket_by_length = max_list_length, bucket_by_length
         self.device_resident, self.val_fraction = device_resident, val_fraction
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
+        self.gain = gain
+        self.max_dense_bytes = None if max_dense_gib is None else int(max_dense_gib * 2**30)
         self.splits: dict[str, LetorData] = {}
         self.tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.statistics: dict[str, dict[str, int]] = {}
@@ -95,12 +102,16 @@ class LetorDataModule(pl.LightningDataModule):
             return  # called by train.py before the trainer exists, and again by Lightning
         for split, path in self.paths.items():
             if path is not None:
-                self.splits[split] = read_letor(path, zero_based=self.zero_based, cache_dir=self.cache_dir)
+                self.splits[split] = read_letor(
+                    path, zero_based=self.zero_based, cache_dir=self.cache_dir, max_dense_bytes=self.max_dense_bytes
+                )
         self.use_splits(self.splits)
 
     def use_splits(self, splits: dict[str, LetorData]) -> None:
         """Adopt in-memory splits (``setup`` passes what it read; benchmarks pass generated data)."""
         self.splits = dict(splits)
+        for data in self.splits.values():
+            refuse_overflowing_gains(data, self.gain)
         if "val" not in self.splits:
             self._hold_out_validation()
         width = self.num_features_option or max(data.num_features for data in self.splits.values())

@@ -1,18 +1,29 @@
 """Reading LETOR / SVMlight ranking files: ``label qid:Q idx:val ... # comment``.
 
 Parsing is sklearn's ``load_svmlight_file(query_id=True)`` (compiled, well kept). We add what it
-does not do: the checks a ranking file needs (NaN/inf, negative labels, a query whose lines are
-not contiguous, an empty file) with errors that name file and line, a line-level diagnosis when
-sklearn rejects a file, and a binary cache so that a second load is a memory-mapped read.
+does not do: the checks a ranking file needs (NaN/inf, values beyond float32, negative labels, a
+query whose lines are not contiguous, an empty file, a truncated ``.gz``/``.bz2``, a feature index
+that would make the dense matrix larger than memory) with errors that name file and line, a
+line-level diagnosis when sklearn rejects a file, and a binary cache so that a second load is a
+memory-mapped read.
+
+What a line is: a line ends at ``\n``, ``\r\n`` or a lone ``\r`` (Python's universal newlines),
+for the parser, the line numbers of errors and the document ids of ``read_doc_ids`` alike. sklearn
+splits on ``\n`` only, so a file with a lone ``\r`` (or a UTF-8 byte-order mark, which is not
+data) is parsed from a normalized temporary copy with the same lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import os
 import re
+import tempfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +31,39 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = "1"
-_QID = re.compile(r"^qid:(-?\d+)$")
+CACHE_VERSION = "2"
+_QID = re.compile(r"^qid:(-?\d+)$", re.ASCII)
+# the whitespace sklearn's parser splits on (bytes.split()); str.strip() would also remove \x1c..\x1f
+_SPACE = " \t\n\r\x0b\x0c"
+_SPLIT = re.compile(r"[ \t\n\r\x0b\x0c]+")
+# what C's strtod (sklearn's number parser) reads: ASCII digits only, unlike Python's float()
+_NUMBER = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE | re.ASCII)
+_INDEX = re.compile(r"\d+", re.ASCII)
+_BOM = b"\xef\xbb\xbf"
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+INT64_RANGE = (-(2**63), 2**63 - 1)
+# a label whose exp2 gain 2**label - 1 is not a finite float32 (metrics.functional, gain="exp2")
+EXP2_LABEL_LIMIT = 128.0
+# errors quote at most this much of the offending text (a binary file must not make a 4 MB message)
+QUOTE_LIMIT = 40
+# what a compressed stream raises when it is truncated or corrupt
+_STREAM_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 32 << 30
+
+
+# the dense [documents, features] float32 matrix may take at most this much memory by default
+DEFAULT_MAX_DENSE_BYTES = _physical_memory() // 2
+
+
+def _quote(text: str) -> str:
+    """``repr`` of ``text``, cut to ``QUOTE_LIMIT`` characters."""
+    return repr(text) if len(text) <= QUOTE_LIMIT else repr(text[:QUOTE_LIMIT]) + f"... ({len(text)} characters)"
 
 
 class LetorFormatError(ValueError):
@@ -75,11 +117,17 @@ class LetorData:
 
 
 def read_letor(
-    path: str | os.PathLike, *, zero_based: bool = False, cache_dir: str | os.PathLike | None = None
+    path: str | os.PathLike,
+    *,
+    zero_based: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    max_dense_bytes: int | None = None,
 ) -> LetorData:
     """Read one LETOR file (plain, ``.gz`` or ``.bz2``), through the cache when ``cache_dir`` is set.
 
     ``zero_based=False`` (LETOR, MSLR, Yahoo, Istella) maps feature ``i`` to column ``i - 1``.
+    ``max_dense_bytes`` bounds the dense ``[documents, features]`` float32 matrix (default: half the
+    machine's memory): one stray huge feature index is an error naming its line, not a MemoryError.
     Raises ``FileNotFoundError`` or ``LetorFormatError`` naming file and line.
     """
     path = Path(path)
@@ -88,42 +136,177 @@ def read_letor(
     cache = _cache_path(path, zero_based, cache_dir) if cache_dir is not None else None
     if cache is not None and (cache / "done").exists():
         return _load_cache(cache, str(path))
-    data = _parse(path, zero_based)
+    data = _parse(path, zero_based, DEFAULT_MAX_DENSE_BYTES if max_dense_bytes is None else max_dense_bytes)
     if cache is not None:
         _save_cache(data, cache)
     return data
 
 
-def _parse(path: Path, zero_based: bool) -> LetorData:
+def _parse(path: Path, zero_based: bool, max_dense_bytes: int) -> LetorData:
     from sklearn.datasets import load_svmlight_file
 
     if path.stat().st_size == 0:
         raise LetorFormatError(f"{path}: empty file")
-    try:
-        matrix, labels, qids = load_svmlight_file(str(path), query_id=True, zero_based=zero_based, dtype=np.float32)
-    except ValueError as error:
-        raise diagnose(path, zero_based) or LetorFormatError(f"{path}: {error}") from error
+    with _parser_input(path) as source:
+        try:
+            matrix, labels, qids = load_svmlight_file(
+                str(source), query_id=True, zero_based=zero_based, dtype=np.float32
+            )
+        except (ValueError, OverflowError) as error:
+            raise diagnose(path, zero_based) or LetorFormatError(f"{path}: {_quote(str(error))}") from error
+        except _STREAM_ERRORS as error:
+            raise _stream_error(path, error) from error
     if matrix.shape[0] == 0:
         raise LetorFormatError(f"{path}: no data lines (only blank lines or comments)")
     if len(qids) != matrix.shape[0]:  # sklearn accepts lines without qid and returns fewer qids
         raise diagnose(path, zero_based) or LetorFormatError(f"{path}: some lines have no qid")
+    _check_dense_size(path, matrix, max_dense_bytes, zero_based)
     features = matrix.toarray().astype(np.float32, copy=False)
-    labels = labels.astype(np.float32)
+    with np.errstate(over="ignore"):  # a label beyond float32 becomes inf and is reported by line below
+        labels = labels.astype(np.float32)
     qids = qids.astype(np.int64)
     _check_values(path, features, labels)
     return LetorData(features, labels, qids, _query_offsets(path, qids), str(path))
 
 
+def _stream_error(path: Path, error: BaseException) -> LetorFormatError:
+    return LetorFormatError(f"{path}: compressed data is truncated or corrupt ({type(error).__name__}: {error})")
+
+
+@contextlib.contextmanager
+def _parser_input(path: Path) -> Iterator[Path]:
+    """The file sklearn should parse: ``path`` itself, or a temporary copy with the same lines when
+    ``path`` has a lone ``\r`` line end or a UTF-8 byte-order mark (see the module docstring)."""
+    if not _needs_normalizing(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="letor-") as folder:
+        copy = Path(folder) / "normalized.txt"
+        with _open_bytes(path) as source, open(copy, "wb") as target:
+            _copy_normalized(source, target)
+        yield copy
+
+
+def _open_bytes(path: Path) -> io.BufferedIOBase:
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if path.suffix == ".bz2":
+        import bz2
+
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _chunks(handle: io.BufferedIOBase, size: int = 1 << 22) -> Iterator[bytes]:
+    while chunk := handle.read(size):
+        yield chunk
+
+
+def _needs_normalizing(path: Path) -> bool:
+    """Whether the (decompressed) bytes start with a BOM or hold a ``\r`` not followed by ``\n``.
+
+    Reads the whole stream once, so a truncated ``.gz``/``.bz2`` is reported here, by name.
+    """
+    lone_cr = re.compile(rb"\r(?!\n)")
+    found, first, pending_cr = False, True, False
+    try:
+        with _open_bytes(path) as handle:
+            for chunk in _chunks(handle):
+                if first and chunk.startswith(_BOM):
+                    found = True
+                first = False
+                if pending_cr and not chunk.startswith(b"\n"):
+                    found = True
+                # a \r ending the chunk is decided by the next chunk's first byte
+                pending_cr = chunk.endswith(b"\r")
+                body = chunk[:-1] if pending_cr else chunk
+                found = found or lone_cr.search(body) is not None
+            return found or pending_cr
+    except _STREAM_ERRORS as error:
+        raise _stream_error(path, error) from error
+
+
+def _copy_normalized(source: io.BufferedIOBase, target: io.BufferedIOBase) -> None:
+    """Copy with the BOM removed and every line end (``\r\n``, lone ``\r``, ``\n``) as ``\n``."""
+    first, pending_cr = True, False
+    for chunk in _chunks(source):
+        if first:
+            chunk = chunk.removeprefix(_BOM)
+            first = False
+        if pending_cr:
+            chunk = b"\r" + chunk
+        pending_cr = chunk.endswith(b"\r")
+        if pending_cr:
+            chunk = chunk[:-1]
+        target.write(chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
+    if pending_cr:
+        target.write(b"\n")
+
+
+def _check_dense_size(path: Path, matrix, max_dense_bytes: int, zero_based: bool) -> None:
+    """Refuse a dense matrix above ``max_dense_bytes``, naming the line with the largest index."""
+    needed = matrix.shape[0] * matrix.shape[1] * 4
+    if needed <= max_dense_bytes:
+        return
+    position = int(np.argmax(matrix.indices))
+    row = int(np.searchsorted(matrix.indptr, position, side="right")) - 1
+    used = len(np.unique(matrix.indices))
+    raise LetorFormatError(
+        f"{path}:{data_line_number(path, row)}: feature index {matrix.indices[position] + (not zero_based)} makes "
+        f"the dense "
+        f"feature matrix {matrix.shape[0]} x {matrix.shape[1]} float32 = {needed / 2**30:.1f} GiB, above the "
+        f"limit of {max_dense_bytes / 2**30:.1f} GiB (read_letor(max_dense_bytes=...)); the file uses only "
+        f"{used} distinct feature columns"
+    )
+
+
+def refuse_overflowing_gains(data: LetorData, gain: str) -> None:
+    """With ``gain="exp2"``, refuse labels whose gain ``2**label - 1`` overflows float32 (as LightGBM
+    refuses labels beyond its gain table): an error naming file, line, label and gain."""
+    if gain != "exp2":
+        return
+    too_large = np.flatnonzero(data.labels >= EXP2_LABEL_LIMIT)
+    if len(too_large):
+        row = too_large[0]
+        raise LetorFormatError(
+            f"{data.path}:{data_line_number(Path(data.path), row)}: label {data.labels[row]:g} has gain "
+            f"2**{data.labels[row]:g} - 1 under gain='exp2', which overflows float32 (labels must be < "
+            f"{EXP2_LABEL_LIMIT:g}); use gain='linear' (model.gain=linear) or rescale the labels"
+        )
+
+
 def _check_values(path: Path, features: np.ndarray, labels: np.ndarray) -> None:
     bad_rows = np.flatnonzero(~np.isfinite(features).all(1) | ~np.isfinite(labels))
     if len(bad_rows):
-        raise LetorFormatError(f"{path}:{data_line_number(path, bad_rows[0])}: NaN or infinite value")
+        number = data_line_number(path, bad_rows[0])
+        raise LetorFormatError(f"{path}:{number}: {_non_finite_problem(path, number)}")
     negative = np.flatnonzero(labels < 0)
     if len(negative):
         raise LetorFormatError(
             f"{path}:{data_line_number(path, negative[0])}: negative label {labels[negative[0]]:g}; "
             "relevance labels must be >= 0"
         )
+
+
+def _non_finite_problem(path: Path, number: int) -> str:
+    """What is wrong on line ``number``, whose parsed values include NaN or an infinity."""
+    for line_number, text in _data_lines(path):
+        if line_number != number:
+            continue
+        tokens = _SPLIT.split(text)
+        fields = [("label", tokens[0])] + [
+            (f"feature {index}", value) for index, _, value in (token.partition(":") for token in tokens[2:])
+        ]
+        for name, value in fields:
+            parsed = float(value)
+            if np.isfinite(parsed) and abs(parsed) > FLOAT32_MAX:
+                return (
+                    f"value {_quote(value)} of {name} is finite but too large for float32 "
+                    f"(largest magnitude {FLOAT32_MAX:.4g})"
+                )
+    return "NaN or infinite value"
 
 
 def _query_offsets(path: Path, qids: np.ndarray) -> np.ndarray:
@@ -143,24 +326,20 @@ def _query_offsets(path: Path, qids: np.ndarray) -> np.ndarray:
 
 
 def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        import gzip
-
-        return gzip.open(path, "rt", errors="replace")
-    if path.suffix == ".bz2":
-        import bz2
-
-        return bz2.open(path, "rt", errors="replace")
-    return open(path, errors="replace")
+    """Text with universal newlines (the module's line model), a leading BOM dropped."""
+    return io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig", errors="replace")
 
 
-def _data_lines(path: Path):
+def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line_number, text without comment)`` of each line that holds data, 1-based."""
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, 1):
-            text = line.split("#", 1)[0].strip()
-            if text:
-                yield number, text
+    try:
+        with _open_text(path) as handle:
+            for number, line in enumerate(handle, 1):
+                text = line.split("#", 1)[0].strip(_SPACE)
+                if text:
+                    yield number, text
+    except _STREAM_ERRORS as error:
+        raise _stream_error(path, error) from error
 
 
 _DOCID = re.compile(r"docid\s*=\s*(\S+)")
@@ -172,14 +351,17 @@ def read_doc_ids(path: str | os.PathLike) -> list[str]:
     with _open_text(Path(path)) as handle:
         for number, line in enumerate(handle, 1):
             data, _, comment = line.partition("#")
-            if data.strip():
+            if data.strip(_SPACE):
                 match = _DOCID.search(comment)
                 ids.append(match.group(1) if match else f"line{number}")
     return ids
 
 
 def data_line_number(path: Path, row: int) -> int:
-    """File line number of data row ``row`` (0-based), skipping blank and comment lines."""
+    """File line number of data row ``row`` (0-based), skipping blank and comment lines; -1 for data
+    that did not come from a file."""
+    if not Path(path).is_file():
+        return -1
     for index, (number, _) in enumerate(_data_lines(path)):
         if index == row:
             return number
@@ -190,30 +372,39 @@ def diagnose(path: Path, zero_based: bool) -> LetorFormatError | None:
     """Walk the file line by line and describe the first malformed line, if any."""
     lowest = 0 if zero_based else 1
     for number, text in _data_lines(path):
-        tokens = text.split()
-        where = f"{path}:{number}"
-        try:
-            float(tokens[0])
-        except ValueError:
-            return LetorFormatError(f"{where}: label {tokens[0]!r} is not a number")
-        if len(tokens) < 2 or not _QID.match(tokens[1]):
-            return LetorFormatError(f"{where}: expected 'qid:<integer>' after the label, got {tokens[1:2]}")
-        previous = lowest - 1
-        for token in tokens[2:]:
-            index, colon, value = token.partition(":")
-            if not colon:
-                return LetorFormatError(f"{where}: feature {token!r} is not of the form index:value")
-            if not index.isdigit():
-                return LetorFormatError(f"{where}: feature index {index!r} is not a non-negative integer")
-            if int(index) < lowest:
-                return LetorFormatError(f"{where}: feature index {index} below {lowest} (zero_based={zero_based})")
-            if int(index) <= previous:
-                return LetorFormatError(f"{where}: feature indices must increase ({index} after {previous})")
-            previous = int(index)
-            try:
-                float(value)
-            except ValueError:
-                return LetorFormatError(f"{where}: value {value!r} of feature {index} is not a number")
+        problem = _line_problem(_SPLIT.split(text), lowest, zero_based, first=number == 1)
+        if problem:
+            return LetorFormatError(f"{path}:{number}: {problem}")
+    return None
+
+
+def _line_problem(tokens: list[str], lowest: int, zero_based: bool, *, first: bool) -> str | None:
+    """What is wrong with one data line's tokens, or None."""
+    if not _NUMBER.fullmatch(tokens[0]):
+        if first and any(word in tokens[0].lower() for word in ("label", "rel", "target", "qid")):
+            return f"this looks like a header line ({_quote(' '.join(tokens))}); LETOR files have none"
+        return f"label {_quote(tokens[0])} is not a number"
+    qid = _QID.match(tokens[1]) if len(tokens) > 1 else None
+    if qid is None:
+        return f"expected 'qid:<integer>' after the label, got {_quote(tokens[1]) if len(tokens) > 1 else 'nothing'}"
+    if not INT64_RANGE[0] <= int(qid.group(1)) <= INT64_RANGE[1]:
+        return f"qid {_quote(qid.group(1))} does not fit in a 64-bit integer"
+    previous = lowest - 1
+    for token in tokens[2:]:
+        index, colon, value = token.partition(":")
+        if not colon:
+            return f"feature {_quote(token)} is not of the form index:value"
+        if not _INDEX.fullmatch(index):
+            return f"feature index {_quote(index)} is not a non-negative integer"
+        if int(index) < lowest:
+            return f"feature index {index} below {lowest} (zero_based={zero_based})"
+        if int(index) > INT64_RANGE[1]:
+            return f"feature index {_quote(index)} does not fit in a 64-bit integer"
+        if int(index) <= previous:
+            return f"feature indices must increase ({index} after {previous})"
+        previous = int(index)
+        if not _NUMBER.fullmatch(value):
+            return f"value {_quote(value)} of feature {index} is not a number"
     return None
 
 

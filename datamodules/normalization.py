@@ -10,6 +10,8 @@ from torch import Tensor, nn
 
 Normalization = Literal["none", "zscore", "query_zscore", "log1p"]
 KINDS = ("none", "zscore", "query_zscore", "log1p")
+# below this within-query variance a feature counts as constant (and normalizes to 0)
+VARIANCE_FLOOR = 1e-12
 
 
 class FeatureNormalizer(nn.Module):
@@ -29,6 +31,7 @@ class FeatureNormalizer(nn.Module):
         if kind not in KINDS:
             raise ValueError(f"normalization must be one of {KINDS}, got {kind!r}")
         self.kind = kind
+        self.variance_floor = VARIANCE_FLOOR  # an attribute: TorchScript reads no module globals
         size = len(mean) if mean is not None else num_features
         self.register_buffer("mean", mean.float() if mean is not None else torch.zeros(size))
         self.register_buffer("std", std.float() if std is not None else torch.ones(size))
@@ -44,14 +47,27 @@ class FeatureNormalizer(nn.Module):
         return cls(kind, torch.from_numpy(mean).float(), torch.from_numpy(std).float())
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        if mask is not None:
+            # padded entries may hold anything (NaN, inf): never let them reach a statistic
+            features = features.masked_fill(~mask.unsqueeze(-1), 0.0)
         if self.kind == "zscore":
             return (features - self.mean) / self.std
         if self.kind == "log1p":
             return torch.sign(features) * torch.log1p(features.abs())
         if self.kind == "query_zscore":
-            weight = torch.ones_like(features[..., :1]) if mask is None else mask.unsqueeze(-1).to(features.dtype)
-            count = weight.sum(-2, keepdim=True).clamp_min(1.0)
-            mean = (features * weight).sum(-2, keepdim=True) / count
-            var = ((features - mean).square() * weight).sum(-2, keepdim=True) / count
-            return (features - mean) / torch.sqrt(var + 1e-12) * (var > 1e-12).to(features.dtype)
+            return self._query_zscore(features, mask, self.variance_floor)
         return features
+
+    @staticmethod
+    def _query_zscore(features: Tensor, mask: Tensor | None, floor: float) -> Tensor:
+        """Per-query z-score; a feature constant within the query (one document, too) becomes 0.
+
+        The variance is clamped before the square root, not shifted by an epsilon: exporters
+        (ONNX) may fold ``var + 1e-12`` to ``var`` in float32, and ``0 / sqrt(0)`` is NaN.
+        """
+        weight = torch.ones_like(features[..., :1]) if mask is None else mask.unsqueeze(-1).to(features.dtype)
+        count = weight.sum(-2, keepdim=True).clamp_min(1.0)
+        mean = (features * weight).sum(-2, keepdim=True) / count
+        var = ((features - mean).square() * weight).sum(-2, keepdim=True) / count
+        varying = var > floor
+        return (features - mean) * torch.rsqrt(var.clamp_min(floor)) * varying.to(features.dtype)

@@ -17,6 +17,22 @@ from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
 
 
+def check_loss(loss: Callable[..., Tensor]) -> None:
+    """Call the configured loss once on a tiny batch, so that a bad option (``model.loss.k=abc``) is
+    reported when the model is built, naming the loss, not inside the first training step."""
+    scores = torch.tensor([[0.5, -0.5, 0.0]], requires_grad=True)
+    labels, mask = torch.tensor([[1.0, 0.0, 2.0]]), torch.tensor([[True, True, False]])
+    try:
+        value = loss(scores, labels, mask)
+        value.backward()
+    except Exception as error:
+        name = getattr(getattr(loss, "func", loss), "__name__", repr(loss))
+        options = getattr(loss, "keywords", {})
+        raise ValueError(f"model.loss {name}({options}) cannot be computed: {error}") from error
+    if value.dim() != 0 or not torch.isfinite(value):
+        raise ValueError(f"model.loss must return a finite scalar, got {value}")
+
+
 class PassLimit:
     """For learners whose training length is a number of passes over the data (``epochs``: the
     online rankers, LinkLearn) rather than the trainer's ``max_epochs``: they stop the trainer
@@ -68,6 +84,7 @@ class RankerModule(pl.LightningModule):
         self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
         self.scorer = scorer(n_features=n_features)
         self.loss_fn, self.optimizer_factory, self.scheduler_factory = loss, optimizer, scheduler
+        check_loss(loss)
         self.train_loss, self.val_loss = MeanMetric(), MeanMetric()
         self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
         self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
@@ -97,7 +114,8 @@ class RankerModule(pl.LightningModule):
         loss, scores = self.model_step(batch)
         size = batch["mask"].shape[0]
         if stage == "val":
-            self.val_loss(loss)
+            # weighted by real queries: a DDP padding batch (one empty query) weighs nothing
+            self.val_loss.update(loss, weight=batch["mask"].any(-1).sum())
             self.log("val/loss", self.val_loss, on_epoch=True, batch_size=size)
         for name, metric in metrics.items():
             metric.update(scores, batch["labels"], batch["mask"])
@@ -109,7 +127,8 @@ class RankerModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         name = self.monitor.removeprefix("val/")
         self.val_best(self.val_metrics[name].compute())
-        self.log(f"{self.monitor}_best", self.val_best.compute(), prog_bar=True)
+        # the same value on every rank (computed from synced metrics); sync_dist keeps Lightning exact about it
+        self.log(f"{self.monitor}_best", self.val_best.compute(), prog_bar=True, sync_dist=True)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_metrics)

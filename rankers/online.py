@@ -98,15 +98,21 @@ class OnlineOrdinalModule(PassLimit, pl.LightningModule):
 
     def _stream(self, batch: Batch | StreamBatch) -> tuple[Tensor, Tensor]:
         features, labels = batch["features"], batch["labels"]
-        if "mask" in batch:  # LETOR batch: its real documents, in order
-            features, labels = features[batch["mask"]], labels[batch["mask"]]
-            features = self.normalizer(features.unsqueeze(0), None).squeeze(0)
+        if "mask" in batch:  # LETOR batch: its real documents, in order, each normalized within its query
+            # (as evaluation and the exported scorer and grader do: they see one query at a time)
+            mask = batch["mask"]
+            features, labels = self.normalizer(features, mask)[mask], labels[mask]
         labels = labels.long()
         if labels.numel() and int(labels.max()) >= self.n_ranks:
             raise ValueError(f"label {int(labels.max())} >= n_ranks={self.n_ranks}; set model.n_ranks")
         return features, labels
 
     def on_fit_start(self) -> None:
+        if self.trainer.world_size > 1:
+            raise ValueError(
+                "the online rankers stream the examples in order in one process; run them without DDP "
+                f"(trainer.devices=1), not on {self.trainer.world_size} processes"
+            )
         self.check_passes(self.hparams.epochs)
         self.learner.to(self.device)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.trainer.states import TrainerStatus
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from datamodules.adhoc import adhoc_evaluation
 from metrics import monitor_mode, ranking_metrics
@@ -83,6 +86,38 @@ def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# exit codes of an interrupted run (128 + the signal's number, as shells report them)
+EXIT_SIGTERM, EXIT_SIGINT = 143, 130
+
+
+def _fit_or_exit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Any, cfg: DictConfig, out: Path) -> float:
+    """``trainer.fit``; the fit's seconds. An interrupted fit (SIGTERM from a scheduler, Ctrl-C) writes
+    ``results.json`` marked interrupted, naming the checkpoint to resume from, and exits non-zero, so
+    that no scheduler mistakes it for a finished run."""
+    start = time.perf_counter()
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    except SystemExit as interruption:  # SIGTERMException; Lightning turns Ctrl-C into sys.exit(1)
+        if trainer.state.status != TrainerStatus.INTERRUPTED:
+            raise
+        signal_name, code = (
+            ("SIGTERM", EXIT_SIGTERM) if isinstance(interruption, SIGTERMException) else ("SIGINT", EXIT_SIGINT)
+        )
+        saver = trainer.checkpoint_callback
+        last = Path(saver.dirpath) / "last.ckpt" if saver is not None and saver.dirpath else None
+        resume = str(last) if last is not None and last.exists() else None
+        if trainer.is_global_zero:
+            record = {
+                "interrupted": signal_name,
+                "epochs": trainer.current_epoch,
+                "fit_seconds": time.perf_counter() - start,
+                "resume": f"ckpt_path={resume}" if resume else "no checkpoint yet: start again",
+            }
+            (out / "results.json").write_text(json.dumps(record, indent=2))
+        log.error("interrupted by %s after %d epochs; resume with %s", signal_name, trainer.current_epoch, resume)
+        raise SystemExit(code) from interruption
+    return time.perf_counter() - start
+
 
 def compose_config(overrides: list[str], *, output_dir: str | Path, data_dir: str | Path | None = None) -> DictConfig:
     """The config ``train.py`` would run with these overrides, composed outside a Hydra app (tests,
@@ -101,6 +136,24 @@ def compose_config(overrides: list[str], *, output_dir: str | Path, data_dir: st
     return cfg
 
 
+def _refuse_divergence(model: pl.LightningModule, results: dict[str, Any], out: Path | None) -> None:
+    """A run whose weights or metrics are not finite (training diverged) must not end as a success
+    or export a NaN scorer: ``results.json`` says what is not finite and the run fails."""
+    bad = [
+        f"{stage}/{name}"
+        for stage in ("val", "test")
+        for name, v in results.get(stage, {}).items()
+        if not math.isfinite(v)
+    ]
+    bad += [f"parameter {name}" for name, value in model.named_parameters() if not torch.isfinite(value).all()]
+    if not bad:
+        return
+    message = f"training diverged: not finite: {', '.join(bad[:8])}; try a lower model.optimizer.lr"
+    if out is not None:
+        (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
+    raise RuntimeError(message)
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
     pl.seed_everything(cfg.seed, workers=True)
@@ -117,9 +170,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for logger in loggers:
         logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
 
-    start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    fit_seconds = time.perf_counter() - start
+    fit_seconds = _fit_or_exit(trainer, model, datamodule, cfg, out)
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     ckpt = best or None
@@ -143,6 +194,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         baseline = random_baseline(datamodule, cfg.seed)
         if baseline:
             results["test_random_scores"] = baseline
+    _refuse_divergence(model, results, out if trainer.is_global_zero else None)
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
         results["export"] = model.export_model(out / "export")

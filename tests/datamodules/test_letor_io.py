@@ -56,6 +56,10 @@ BAD = {
     "index 0 in a one-based file": ("1 qid:1 0:1\n", 1, "below 1"),
     "unsorted indices": ("1 qid:1 3:1 2:1\n", 1, "must increase"),
     "negative label": ("1 qid:1 1:1\n-1 qid:1 1:1\n", 2, "negative label"),
+    "qid beyond int64": ("1 qid:1 1:1\n0 qid:99999999999999999999 1:0.5\n", 2, "does not fit in a 64-bit integer"),
+    "value beyond float32": ("1 qid:1 1:1\n0 qid:1 3:1e39\n", 2, "'1e39' of feature 3 is finite but too large"),
+    "label beyond float32": ("1e39 qid:1 1:1\n", 1, "'1e39' of label is finite but too large for float32"),
+    "header line": ("label qid features\n0 qid:1 1:0.5\n", 1, "looks like a header line"),
 }
 
 
@@ -121,3 +125,105 @@ def test_round_trip_of_generated_files(tmp_path_factory, spec, comments):
     np.testing.assert_array_equal(data.features, np.array([r[2] for r in rows], dtype=np.float32))
     np.testing.assert_array_equal(data.labels, [r[0] for r in rows])
     assert data.num_queries == len({r[1] for r in rows})
+
+
+def test_lines_end_at_lone_carriage_returns_as_everywhere_else(tmp_path):
+    path = tmp_path / "cr.txt"
+    path.write_bytes(b"0 qid:1 1:0.5 # a\r1 qid:1 1:0.7 # b\r2 qid:2 1:0.1 # c\r")
+    data = read_letor(path)
+    np.testing.assert_array_equal(data.labels, [0, 1, 2])
+    np.testing.assert_array_equal(data.offsets, [0, 2, 3])
+    # mixed endings: the parser's rows and read_doc_ids' ids are the same lines
+    path.write_bytes(b"0 qid:1 1:1 # docid = A\r\n1 qid:1 1:2 # docid = B\r2 qid:2 1:3 # docid = C\n")
+    np.testing.assert_array_equal(read_letor(path).features[:, 0], [1, 2, 3])
+    assert read_doc_ids(path) == ["A", "B", "C"]
+
+
+def test_a_stray_carriage_return_in_a_comment_is_a_line_end_reported_by_number(tmp_path):
+    path = tmp_path / "stray.txt"
+    path.write_bytes(b"0 qid:1 1:1 # docid = A\n1 qid:1 1:2 # docid = B\rjunk\n2 qid:2 1:3 # docid = C\n")
+    with pytest.raises(LetorFormatError, match=r"stray.txt:3: label 'junk' is not a number"):
+        read_letor(path)
+
+
+def test_a_byte_order_mark_is_not_data(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf2 qid:1 1:0.5 # docid = A\n0 qid:1 1:0.25 # docid = B\n")
+    data = read_letor(path)
+    np.testing.assert_array_equal(data.labels, [2, 0])
+    assert read_doc_ids(path) == ["A", "B"]
+
+
+@pytest.mark.parametrize("name", ["f.txt.gz", "f.txt.bz2"])
+def test_truncated_compressed_files_name_the_file(tmp_path, name):
+    whole = write(tmp_path, GOOD * 200, name).read_bytes()
+    path = tmp_path / ("cut-" + name)
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(LetorFormatError, match=rf"cut-{name}: compressed data is truncated or corrupt"):
+        read_letor(path)
+
+
+def test_binary_input_gets_a_short_error(tmp_path):
+    path = tmp_path / "binary.txt"
+    path.write_bytes(bytes(np.random.default_rng(0).integers(0, 256, 4_000_000, dtype=np.uint8)))
+    with pytest.raises(LetorFormatError) as error:
+        read_letor(path)
+    assert str(error.value).startswith(f"{path}:") and len(str(error.value)) < 300
+
+
+def test_a_huge_feature_index_is_refused_before_allocating(tmp_path):
+    lines = [f"1 qid:{q} 1:0.5 2:0.25" for q in range(50)]
+    lines.insert(7, "0 qid:7 3:1 10000000:0.5")
+    path = write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(LetorFormatError, match=r"f.txt:8: feature index 10000000 makes the dense feature matrix"):
+        read_letor(path, max_dense_bytes=100 << 20)
+    assert read_letor(path, max_dense_bytes=4 << 30).num_features == 10_000_000  # within a given limit
+
+
+def test_labels_whose_exp2_gain_overflows_are_refused_at_load_time(tmp_path):
+    from datamodules.letor import LetorDataModule
+
+    path = write(tmp_path, "1 qid:1 1:0.5\n0 qid:1 1:0.1\n\n130 qid:2 1:0.2\n0 qid:2 1:0.3\n")
+    with pytest.raises(LetorFormatError, match=r"f.txt:4: label 130 has gain 2\*\*130 - 1 under gain='exp2'"):
+        LetorDataModule(str(path), str(path), gain="exp2").setup()
+    linear = LetorDataModule(str(path), str(path), gain="linear")
+    linear.setup()
+    assert linear.splits["train"].labels.max() == 130
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from(["f.txt", "f.txt.gz", "f.txt.bz2"]))
+def test_random_bytes_give_a_letor_error_or_data(tmp_path_factory, blob, name):
+    path = tmp_path_factory.mktemp("fuzz") / name
+    if name.endswith(".gz"):
+        blob = gzip.compress(blob)[: max(1, len(blob))]  # often cut: a truncated stream
+    elif name.endswith(".bz2"):
+        blob = bz2.compress(blob)[: max(1, len(blob))]
+    path.write_bytes(blob)
+    try:
+        data = read_letor(path)
+    except LetorFormatError as error:
+        assert str(path) in str(error) and len(str(error)) < 600
+    else:
+        assert len(read_doc_ids(path)) == len(data.labels) and np.isfinite(data.features).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    letor_files(),
+    st.sampled_from(["\n", "\r\n", "\r"]),
+    st.booleans(),
+    st.sampled_from(["f.txt", "f.txt.gz", "f.txt.bz2"]),
+)
+def test_round_trip_with_any_line_end_mark_and_compression(tmp_path_factory, spec, newline, bom, name):
+    n_features, rows = spec
+    lines = ["# generated"]
+    for number, (label, qid, values) in enumerate(rows):
+        pairs = " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(values) if v != 0.0)
+        lines += [f"{label} qid:{qid} {pairs} # docid = d{number}", ""]
+    text = ("\ufeff" if bom else "") + newline.join(lines) + newline
+    path = write(tmp_path_factory.mktemp("rt"), text, name)
+    data = read_letor(path).with_num_features(n_features)
+    np.testing.assert_array_equal(data.features, np.array([r[2] for r in rows], dtype=np.float32))
+    np.testing.assert_array_equal(data.labels, [r[0] for r in rows])
+    assert read_doc_ids(path) == [f"d{number}" for number in range(len(rows))]

@@ -11,6 +11,7 @@ import torch
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from datamodules.letor_io import read_letor
 from datamodules.ordinal import HARRINGTON_CUTS, RatingsDataModule, RatingsFormatError, harrington_synthetic
 from rankers.harrington import table1
 from rankers.online import OnlineOrdinalModule
@@ -222,3 +223,30 @@ def test_harrington_experiment_from_the_command_line(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     table = json.loads((tmp_path / "results.json").read_text())["table1"]
     assert len(table) == 2 + 4 + 3 * 3 and all(len(row["per_trial"]) == 2 for row in table.values())
+
+
+@pytest.mark.parametrize("model", ["prank"])
+def test_exported_grader_reproduces_the_test_rank_loss(make_cfg, tmp_path, model):
+    """Training, evaluation and export all normalize one query at a time (query_zscore)."""
+    cfg = make_cfg(
+        f"model={model}",
+        *(["model.n_perceptrons=8"] if model == "oap_bpm" else []),
+        "data.normalization=query_zscore",
+        "data.n_train_queries=200",
+        "data.n_val_queries=30",
+        "data.n_test_queries=40",
+        "data.mean_docs=12",
+        "data.num_features=8",
+        "callbacks.progress_bar.refresh_rate=0",
+        out=tmp_path / "run",
+        tiny=False,
+    )
+    results = train(cfg)
+    datamodule = instantiate(cfg.data)
+    test = read_letor(datamodule.paths["test"])
+    grader = torch.jit.load(str(tmp_path / "run" / "export" / "grader.pt"))
+    errors = [
+        (grader(torch.from_numpy(test.features[a:b])) - torch.from_numpy(test.labels[a:b])).abs().sum()
+        for a, b in zip(test.offsets[:-1], test.offsets[1:])
+    ]
+    assert float(sum(errors)) / len(test.labels) == pytest.approx(results["test"]["rank_loss"], abs=1e-6)

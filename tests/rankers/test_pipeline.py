@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import onnxruntime
 import pytest
+import pytorch_lightning as pl
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from datamodules.letor_io import read_letor
-from rankers.pipeline import train
+from rankers.pipeline import EXIT_SIGTERM, train
 from tests.conftest import ROOT, cuda_only
 
 METRIC_KEYS = {"ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr"}
@@ -71,11 +74,27 @@ def test_same_seed_same_metrics(make_cfg, tmp_path):
     assert third["val"] != first["val"]
 
 
-def test_interrupted_run_resumes_to_the_same_weights(make_cfg, tmp_path):
+class SigtermAt(pl.Callback):
+    """Sends this process SIGTERM (what a job scheduler sends) at a given epoch and batch."""
+
+    def __init__(self, epoch: int, batch: int) -> None:
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_exits_non_zero_and_the_run_resumes_to_the_same_weights(make_cfg, tmp_path):
     common = ["~callbacks.early_stopping", "data.max_list_length=8", "test=false", "export=false"]
     train(make_cfg(*common, "trainer.max_epochs=3", out=tmp_path / "straight"))
-    train(make_cfg(*common, "trainer.max_epochs=2", out=tmp_path / "interrupted"))
+    sigterm = [f"+callbacks.sigterm._target_={SigtermAt.__module__}.SigtermAt", "+callbacks.sigterm.epoch=2"]
+    with pytest.raises(SystemExit) as exit_:
+        train(make_cfg(*common, *sigterm, "+callbacks.sigterm.batch=3", out=tmp_path / "interrupted"))
+    assert exit_.value.code == EXIT_SIGTERM
+    record = json.loads((tmp_path / "interrupted" / "results.json").read_text())
     last = tmp_path / "interrupted" / "checkpoints" / "last.ckpt"
+    assert record["interrupted"] == "SIGTERM" and record["resume"] == f"ckpt_path={last}" and "test" not in record
     train(make_cfg(*common, "trainer.max_epochs=3", f"ckpt_path={last}", out=tmp_path / "resumed"))
     straight = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
@@ -143,3 +162,16 @@ def test_command_line_multirun(data_dir, tmp_path):
 def test_gpu_training_with_device_resident_data(make_cfg, tmp_path):
     results = train(make_cfg("trainer=gpu", "data.device_resident=true", out=tmp_path / "gpu"))
     assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"]
+
+
+def test_a_diverged_run_fails_and_exports_nothing(make_cfg, tmp_path):
+    cfg = make_cfg(
+        "model.optimizer._target_=torch.optim.SGD",
+        "model.optimizer.lr=1e30",
+        "trainer.max_epochs=1",
+        out=tmp_path / "run",
+    )
+    with pytest.raises(RuntimeError, match="training diverged: not finite"):
+        train(cfg)
+    assert "training diverged" in json.loads((tmp_path / "run" / "results.json").read_text())["error"]
+    assert not (tmp_path / "run" / "export").exists()
