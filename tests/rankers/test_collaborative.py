@@ -145,3 +145,18 @@ def test_one_trial_trains_under_train_py(make_cfg, tmp_path):
     assert results["data"]["train"]["examples"] == 210 and results["data"]["test"]["examples"] == 90
     assert 0 < results["test"]["rank_loss"] < 1.2
     assert (tmp_path / "run" / "export" / "scorer.pt").exists()
+
+
+def test_crammer_singer_online_run(tmp_path):
+    from datamodules.ratings import CrammerSingerRatings
+    from rankers.collaborative import online_table
+
+    protocol = CrammerSingerRatings(
+        _ratings_file(tmp_path, seed=7), min_ratings=160, n_rounds=150, n_test=10, trials=40
+    )
+    results = online_table(datamodule=protocol, etas=(1.0, 0.1), out_dir=tmp_path / "out")
+    assert set(results["table"]) == {"PRank", "WH eta=1", "WH eta=0.1"} and len(results["curves"]["PRank"]) == 150
+    # the time-averaged loss after round 1 is the first prediction's error; PRank ends below WH (their finding)
+    assert results["table"]["PRank"]["mean"] < min(results["table"][f"WH eta={eta}"]["mean"] for eta in ("1", "0.1"))
+    assert len(results["test"]["PRank"]["per_trial"]) == 40
+    assert "| PRank |" in (tmp_path / "out" / "online.md").read_text()
