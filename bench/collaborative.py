@@ -2,7 +2,7 @@
 
     python bench/collaborative.py                                # ml-100k-sized MovieLens-like data, 500 trials
     python bench/collaborative.py --path ratings.dat             # a real ratings file
-    python bench/collaborative.py --device cuda
+    python bench/collaborative.py --devices cuda              # (default: cpu, and cuda when present)
 
 Ours: ``rankers.collaborative`` runs every row (WH at four rates, PRank/PRank-VP, OAP at each tau
 with N perceptrons) over all R trials at once. Reference: the same rows run for one trial at a
@@ -63,13 +63,12 @@ def check_agreement(trials: RatingTrials, device: torch.device, count: int) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", help="ratings file (default: ml-100k-sized MovieLens-like data)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     parser.add_argument("--trials", type=int, default=500)
     parser.add_argument("--perceptrons", type=int, default=100)
     parser.add_argument("--taus", type=float, nargs="+", default=[0.1, 0.2, 0.3])
     parser.add_argument("--reference-trials", type=int, default=10)
     args = parser.parse_args()
-    device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as folder:
         path = args.path
         if path is None:
@@ -78,6 +77,11 @@ def main() -> None:
         start = time.perf_counter()
         trials = HarringtonRatings(path, trials=args.trials).trials()
         data_seconds = time.perf_counter() - start
+    for device in args.devices:
+        run(trials, torch.device(device), args, data_seconds)
+
+
+def run(trials: RatingTrials, device: torch.device, args: argparse.Namespace, data_seconds: float) -> None:
     trials.train_x, trials.test_x = trials.train_x.to(device), trials.test_x.to(device)
     check_agreement(trials, device, 3)
     r, d = trials.n_trials, trials.n_features
