@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
@@ -16,6 +15,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from datamodules.batching import StreamBatch
 from datamodules.normalization import FeatureNormalizer
+from datamodules.ratings_io import RatingScale, RatingsFormatError, read_ratings
+
+__all__ = ["RatingsDataModule", "RatingsFormatError", "read_ratings"]
 
 log = logging.getLogger(__name__)
 
@@ -131,32 +133,6 @@ class HarringtonSyntheticDataModule(OrdinalStreamDataModule):
         self._finish(splits)
 
 
-class RatingsFormatError(ValueError):
-    """A ratings file that cannot be read; the message names the file and line."""
-
-
-def read_ratings(path: str | Path) -> np.ndarray:
-    """``user item rating`` lines (whitespace or comma separated, ``#`` comments) -> int array ``[n, 3]``."""
-    rows = []
-    path = Path(path)
-    with open(path) as handle:
-        for number, line in enumerate(handle, 1):
-            text = line.split("#", 1)[0].replace(",", " ").split()
-            if not text:
-                continue
-            if len(text) < 3:
-                raise RatingsFormatError(f"{path}:{number}: expected 'user item rating', got {line.strip()!r}")
-            try:
-                rows.append((int(text[0]), int(text[1]), int(float(text[2]))))
-            except ValueError as error:
-                raise RatingsFormatError(f"{path}:{number}: {error}") from None
-            if float(text[2]) != int(float(text[2])):
-                raise RatingsFormatError(f"{path}:{number}: rating {text[2]} is not an integer grade")
-    if not rows:
-        raise RatingsFormatError(f"{path}: no ratings")
-    return np.array(rows, dtype=np.int64)
-
-
 class RatingsDataModule(OrdinalStreamDataModule):
     """Collaborative filtering as in Harrington's section 4.2 (and Crammer & Singer's EachMovie run).
 
@@ -165,63 +141,81 @@ class RatingsDataModule(OrdinalStreamDataModule):
     shifted to ``1..k`` so 0 stays "unseen"). Items are split into train/val/test with a seed; the
     training stream is in a seeded random order.
 
-    Args: ``path`` to a ``user item rating`` file; ``target_user`` (default: the user with the most
-    ratings); ``min_rating``/``max_rating`` the scale (k = max - min + 1); ``min_common`` drops other
-    users with fewer ratings of the target's items (dimension control).
+    Args: ``path`` to a ratings file (``datamodules.ratings_io``: ``user item rating [timestamp]``,
+    tabs/spaces/commas/``::``, optional header); ``target_user`` (an id as written in the file;
+    default: the user with the most ratings); ``min_rating``/``max_rating``/``rating_step`` the scale
+    (k = (max - min) / step + 1; a rating off the scale is an error naming its line);
+    ``min_common`` drops other users with fewer ratings of the target's items (dimension control);
+    ``duplicates`` what a repeated (user, item) rating does (``last``, ``first``, ``error``; counted).
+    The papers' protocols (a random target per trial, the first 300 items) are
+    ``datamodules.ratings.HarringtonRatings`` and ``CrammerSingerRatings``.
     """
 
     def __init__(
         self,
         path: str,
         *,
-        target_user: int | None = None,
-        min_rating: int = 1,
-        max_rating: int = 5,
+        target_user: int | str | None = None,
+        min_rating: float = 1,
+        max_rating: float = 5,
+        rating_step: float = 1,
         min_common: int = 1,
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
         data_seed: int = 0,
+        duplicates: str = "last",
         n_ranks: int | None = None,
         **loader_options,
     ) -> None:
         super().__init__(**loader_options)
         self.path, self.target_user = path, target_user
-        self.min_rating, self.max_rating, self.min_common = min_rating, max_rating, min_common
+        self.scale = RatingScale(float(min_rating), float(max_rating), float(rating_step))
+        self.min_common, self.duplicates = min_common, duplicates
         self.fractions, self.data_seed = (val_fraction, test_fraction), data_seed
-        self.n_ranks = max_rating - min_rating + 1
+        self.n_ranks = self.scale.n_ranks
         if n_ranks is not None and n_ranks != self.n_ranks:
-            raise ValueError(f"n_ranks={n_ranks} but the rating scale {min_rating}..{max_rating} has {self.n_ranks}")
+            raise ValueError(f"n_ranks={n_ranks} but the rating scale {self.scale} has {self.n_ranks}")
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
-        ratings = read_ratings(self.path)
-        bad = np.flatnonzero((ratings[:, 2] < self.min_rating) | (ratings[:, 2] > self.max_rating))
-        if len(bad):
-            raise RatingsFormatError(
-                f"{self.path}: rating {ratings[bad[0], 2]} outside "
-                f"[{self.min_rating}, {self.max_rating}] ({len(bad)} such ratings)"
-            )
-        users, counts = np.unique(ratings[:, 0], return_counts=True)
-        target = self.target_user if self.target_user is not None else int(users[np.argmax(counts)])
-        mine = ratings[ratings[:, 0] == target]
-        if len(mine) < 3:
-            raise RatingsFormatError(f"{self.path}: target user {target} rated {len(mine)} items, need >= 3")
-        items = mine[:, 1]
-        others = ratings[(ratings[:, 0] != target) & np.isin(ratings[:, 1], items)]
-        other_users, per_user = np.unique(others[:, 0], return_counts=True)
+        table = read_ratings(self.path, duplicates=self.duplicates)
+        self.scale.check(table)
+        ranks = self.scale.ranks(table.ratings)
+        counts = np.bincount(table.users, minlength=len(table.user_ids))
+        if self.target_user is None:
+            target = int(np.argmax(counts))
+        else:
+            found = np.flatnonzero(table.user_ids == str(self.target_user))
+            if not len(found):
+                raise RatingsFormatError(f"{self.path}: no user {self.target_user!r} in the file")
+            target = int(found[0])
+        mine = table.users == target
+        if mine.sum() < 3:
+            raise RatingsFormatError(f"{self.path}: target user {self.target_user} rated {mine.sum()} items, need >= 3")
+        items = table.items[mine]
+        others_mask = ~mine & np.isin(table.items, items)
+        other_users, per_user = np.unique(table.users[others_mask], return_counts=True)
         kept = other_users[per_user >= self.min_common]
-        others = others[np.isin(others[:, 0], kept)]
+        others_mask &= np.isin(table.users, kept)
+        others = np.stack([table.users[others_mask], table.items[others_mask], ranks[others_mask] + 1], 1)
+        mine_ranks = ranks[mine]
         # rows follow the target's items, columns the kept users (sorted by np.unique)
         by_item = np.argsort(items, kind="stable")
         rows = by_item[np.searchsorted(items[by_item], others[:, 1])]
         columns = np.searchsorted(kept, others[:, 0])
         x = np.zeros((len(items), len(kept)), dtype=np.float32)
-        x[rows, columns] = others[:, 2] - self.min_rating + 1
-        y = mine[:, 2] - self.min_rating
+        x[rows, columns] = others[:, 2]  # rank + 1: 1..k, 0 = not rated
+        y = mine_ranks
         order = np.random.default_rng(self.data_seed).permutation(len(items))
         n_val = max(1, round(self.fractions[0] * len(items)))
         n_test = max(1, round(self.fractions[1] * len(items)))
         parts = {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
         self._finish({name: (torch.from_numpy(x[idx]), torch.from_numpy(y[idx])) for name, idx in parts.items()})
-        log.info("ratings: target user %s, %d items, %d other users as features", target, len(items), len(kept))
+        self.statistics["data"] = table.statistics
+        log.info(
+            "ratings: target user %s, %d items, %d other users as features",
+            table.user_ids[target],
+            len(items),
+            len(kept),
+        )

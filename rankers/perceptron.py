@@ -259,10 +259,10 @@ class PRankEnsemble:
         ``each [R, N, t]`` made before each update: the same rule as ``predict`` at every round, with
         VP's votes counted up to (not including) that round."""
         if combine == "bagg":
-            return _vote(each, None, self.k)
+            return _round_rank(_mean_vote(each, None), self.k)
         right = (presented.permute(1, 2, 0) & (each == labels[:, None, :])).long()  # [R, N, t]
         votes = correct_before.unsqueeze(-1) + (right.cumsum(-1) - right).to(correct_before.dtype)
-        return _vote(each, votes, self.k)
+        return _round_rank(_mean_vote(each, votes), self.k)
 
     def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
         """The combined rule's rank of ``x [R, 1, d]`` under the current state, ``[R]``."""
@@ -319,16 +319,31 @@ class PRankEnsemble:
         if combine == "bpm":
             score = torch.bmm(features, self.weights.mean(1).unsqueeze(-1)).squeeze(-1)
             return rank_of(score, self.thresholds.mean(1).unsqueeze(1))
-        each = self._each(features, self.weights, self.thresholds)  # [R, N, n]
         if combine == "each":
-            return each
-        if combine == "bagg":
-            return _vote(each, None, self.k)
-        if combine == "vp":
-            return _vote(each, self.correct.unsqueeze(-1).expand(each.shape), self.k)
+            return self._each(features, self.weights, self.thresholds)  # [R, N, n]
+        if combine in ("bagg", "vp", "voted"):
+            return _round_rank(self.mean_rank(features, combine), self.k)
+        raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
+
+    def mean_rank(self, features: Tensor, combine: Combine = "bagg", *, each: Tensor | None = None) -> Tensor:
+        """The voting ensembles' averaged rank before rounding, ``[R, n]`` float, for ``features [R, n, d]``.
+
+        Harrington's final hypotheses as written: OAP-Bagg ``H(x) = sum_i h_i(x) / N``, OAP-VP
+        ``sum_i v_i h_i(x) / sum_i v_i``, and for ``voted`` the voted perceptron's survival-weighted
+        mean over stored hypotheses (averaged over the N perceptrons). ``h_i`` are 1-based in the
+        paper; this is 0-based like every rank here. ``predict`` rounds it to the nearest rank.
+        ``each`` may pass ``predict(features, "each")`` when it is already computed.
+        """
+        features = features.to(self.device, torch.float32)
         if combine == "voted":
             return self._voted(features)
-        raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
+        if each is None:
+            each = self._each(features, self.weights, self.thresholds)
+        if combine == "bagg":
+            return _mean_vote(each, None).float()
+        if combine == "vp":
+            return _mean_vote(each, self.correct.unsqueeze(-1).expand(each.shape)).float()
+        raise ValueError(f"mean_rank combines bagg, vp or voted; got {combine!r}")
 
     @staticmethod
     def _each(features: Tensor, weights: Tensor, thresholds: Tensor) -> Tensor:
@@ -348,7 +363,7 @@ class PRankEnsemble:
         mean = torch.where(
             votes > 0, total / votes.clamp_min(1e-12), self._each(features, self.weights, self.thresholds).float()
         )
-        return _round_rank(mean.mean(1), self.k)
+        return mean.mean(1)
 
 
 def _cpu(state: Tensor) -> torch.Generator:
@@ -357,15 +372,15 @@ def _cpu(state: Tensor) -> torch.Generator:
     return generator
 
 
-def _vote(each: Tensor, votes: Tensor | None, k: int) -> Tensor:
+def _mean_vote(each: Tensor, votes: Tensor | None) -> Tensor:
     """Bagg (``votes=None``: the mean rank) or VP (the ``votes``-weighted mean, equal weights while a
-    run has no votes) of ranks ``each [R, N, n]``, rounded: ``[R, n]``. In float64, where these
-    integer sums are exact whatever their order, so every path that calls it agrees bit for bit."""
+    run has no votes) of ranks ``each [R, N, n]``, unrounded ``[R, n]`` float64. In float64, where
+    these integer sums are exact whatever their order, so every path that calls it agrees bit for bit."""
     if votes is None:
-        return _round_rank(each.double().mean(1), k)
+        return each.double().mean(1)
     votes = votes.double()
     votes = torch.where(votes.sum(1, keepdim=True) > 0, votes, torch.ones_like(votes))
-    return _round_rank((each.double() * votes).sum(1) / votes.sum(1), k)
+    return (each.double() * votes).sum(1) / votes.sum(1)
 
 
 def _round_rank(value: Tensor, k: int) -> Tensor:

@@ -171,9 +171,9 @@ def test_online_ranker_learns_a_copied_user(make_cfg, tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("1 2 3\n1 2\n", "ratings.txt:2: expected 'user item rating'"),
-        ("1 2 3\n\n1 x 4\n", "ratings.txt:3: invalid literal"),
-        ("1 2 3.5\n", "ratings.txt:1: rating 3.5 is not an integer grade"),
+        ("1 2 3\n1 2\n", r"ratings.txt:2: expected 'user item rating \[timestamp\]'"),
+        ("1 2 3\n\n1 2 x\n", "ratings.txt:3: rating 'x' is not a number"),
+        ("1 2 3.5\n", "ratings.txt:1: rating 3.5 is not a grade of the scale 1..5 in steps of 1"),
         ("# only a comment\n", "ratings.txt: no ratings"),
     ],
 )
@@ -187,7 +187,7 @@ def test_bad_ratings_files_name_the_line(tmp_path, text, message):
 def test_out_of_scale_ratings_are_an_error(tmp_path):
     path = tmp_path / "ratings.txt"
     path.write_text("1 1 3\n1 2 4\n1 3 9\n2 1 1\n")
-    with pytest.raises(RatingsFormatError, match=r"rating 9 outside \[1, 5\]"):
+    with pytest.raises(RatingsFormatError, match=r"ratings.txt:3: rating 9 outside \[1, 5\]"):
         RatingsDataModule(str(path)).setup()
 
 

@@ -182,3 +182,21 @@ def test_rejects_bad_input():
         model.partial_fit(torch.zeros(2, 5, 2), torch.full((2, 5), 3))
     with pytest.raises(ValueError):
         PRankEnsemble(2, 3, tau=0.0)
+
+
+@pytest.mark.parametrize("combine", ["bagg", "vp", "voted"])
+def test_mean_rank_is_the_unrounded_vote_and_predict_rounds_it(combine):
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 300, 4, generator=generator)
+    y = torch.randint(0, 5, (2, 300), generator=generator)
+    ensemble = PRankEnsemble(4, 5, n_perceptrons=7, tau=0.5, n_runs=2, keep_history=combine == "voted")
+    ensemble.partial_fit(x, y)
+    mean = ensemble.mean_rank(x[:, :50], combine)
+    each = ensemble.predict(x[:, :50], "each").float()  # [R, N, n]
+    if combine == "bagg":  # Harrington: H(x) = sum_i h_i(x) / N
+        torch.testing.assert_close(mean, each.mean(1))
+    if combine == "vp":  # sum_i v_i h_i(x) / sum_i v_i, v_i = correct predictions on presented examples
+        votes = ensemble.correct.unsqueeze(-1)
+        torch.testing.assert_close(mean, (each * votes).sum(1) / votes.sum(1))
+    assert torch.equal(ensemble.predict(x[:, :50], combine), torch.floor(mean + 0.5).clamp(0, 4).long())
+    assert (mean != mean.round()).any()  # a real-valued vote, not a rank
