@@ -24,6 +24,8 @@ Fused = bool | Literal["cpu", "triton"]
 
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
 CHUNK = 2048
+# stored hypotheses scored together by the voted perceptron
+VOTED_CHUNK = 256
 
 
 def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
@@ -351,19 +353,26 @@ class PRankEnsemble:
         return rank_of(score, thresholds.unsqueeze(2))
 
     def _voted(self, features: Tensor) -> Tensor:
+        """Survival-weighted mean rank over every stored hypothesis ``[R, n]`` (averaged over N).
+
+        Hypotheses are scored in stacked chunks of ``VOTED_CHUNK``, not one at a time: a PRank
+        stream of 50,000 examples stores thousands of them."""
         if not self.keep_history:
             raise ValueError("combine='voted' needs keep_history=True")
         open_votes = self._open if self.history else self.correct
         hypotheses = [*self.history, (self.weights, self.thresholds, open_votes)]
-        total = torch.zeros(self.r, self.n, features.shape[1], device=self.device)
-        votes = torch.zeros(self.r, self.n, 1, device=self.device)
-        for weights, thresholds, survival in hypotheses:
-            total += self._each(features, weights, thresholds).float() * survival.unsqueeze(-1)
-            votes += survival.unsqueeze(-1)
-        mean = torch.where(
-            votes > 0, total / votes.clamp_min(1e-12), self._each(features, self.weights, self.thresholds).float()
-        )
-        return mean.mean(1)
+        total = torch.zeros(self.r, self.n, features.shape[1], device=self.device, dtype=torch.float64)
+        votes = torch.zeros(self.r, self.n, 1, device=self.device, dtype=torch.float64)
+        for start in range(0, len(hypotheses), VOTED_CHUNK):
+            weights, thresholds, survival = (
+                torch.stack(part) for part in zip(*hypotheses[start : start + VOTED_CHUNK])
+            )
+            score = torch.einsum("hrnd,rmd->hrnm", weights, features)  # [h, R, N, n]
+            ranks = rank_of(score, thresholds.unsqueeze(3)).double()
+            total += (ranks * survival.unsqueeze(-1)).sum(0)
+            votes += survival.sum(0).unsqueeze(-1)
+        current = self._each(features, self.weights, self.thresholds).double()
+        return torch.where(votes > 0, total / votes.clamp_min(1e-12), current).mean(1)
 
 
 def _cpu(state: Tensor) -> torch.Generator:
