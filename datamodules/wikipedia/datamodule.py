@@ -87,8 +87,8 @@ class WikipediaDataModule(pl.LightningDataModule):
         )
         stats = self.task.statistics
         self.statistics = {
-            "dumps": {path: dump.statistics for path, dump in zip(self.paths, linked)},
             **stats,
+            "dumps": {path: dump.statistics for path, dump in zip(self.paths, linked)},
             "vocabulary": len(self.task.features.idf),
         }
         if stats["val_queries"] == 0 or stats["train_anchors"] == 0:
