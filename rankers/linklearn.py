@@ -206,28 +206,36 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         self.stop_after(self.hparams.epochs + 1)
 
     # -- training -------------------------------------------------------------------------------
+    def weighted_entries(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(owner, term, f, start)`` of the training rows ``rows [P]`` (distinct-value evaluation)."""
+        return entry_weights(self.term_weight, self._attach(), rows)
+
     def training_step(self, examples: Tensor, batch_idx: int) -> Tensor | None:
         if self.current_epoch == 0:
             return None  # epoch 0 validates the untrained start (see the module docstring)
+        loss, parts = self.example_loss(examples)
+        n = len(examples)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
+        for name, value in parts.items():
+            self.log(f"train/{name}", value, on_epoch=True, batch_size=n)
+        return loss
+
+    def example_loss(self, examples: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Mean hinge over (example, negative) plus the penalty, for ``[B, 3 + K]`` examples."""
         corpus = self._attach()
         examples = examples.to(self.device)
         queries, candidates = examples[:, 0], examples[:, 2:]  # candidates [B, 1 + K]: l+, then the l-
         n, width = candidates.shape
-        owner, term, weight, start = entry_weights(self.term_weight, corpus, torch.cat([queries, candidates.T.flatten()]))
-        query_part = owner < n
-        query_side = (owner[query_part], term[query_part], weight[query_part])
-        query_start = (owner[query_part], term[query_part], start[query_part])
-        other = ~query_part
-        # candidate j of example i is row n + j * n + i: its example is (owner - n) % n
-        column, example = torch.div(owner[other] - n, n, rounding_mode="floor"), (owner[other] - n) % n
-        sims, start_sims = [], []
-        for j in range(width):
-            pick = column == j
-            side = (example[pick], term[other][pick], weight[other][pick])
-            sims.append(pair_similarity(query_side, side, n, self.vocabulary_size))
-            if j == 0:
-                start_side = (example[pick], term[other][pick], start[other][pick])
-                start_sims.append(pair_similarity(query_start, start_side, n, self.vocabulary_size))
+        owner, term, weight, start = self.weighted_entries(torch.cat([queries, candidates.T.flatten()]))
+        # rows are the B queries, then column j of the candidates as B rows: each a contiguous run of entries
+        bounds = torch.searchsorted(owner, torch.arange(0, (width + 2) * n, n, device=owner.device)).tolist()
+
+        def side(block: int, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            run = slice(bounds[block], bounds[block + 1])
+            return owner[run] - block * n, term[run], values[run]
+
+        sims = [pair_similarity(side(0, weight), side(j + 1, weight), n, self.vocabulary_size) for j in range(width)]
+        start_sims = [pair_similarity(side(0, start), side(1, start), n, self.vocabulary_size)]
         sims_t = torch.stack(sims, 1)  # [B, 1 + K]
         scale = start_sims[0].detach().clamp_min(1e-6).unsqueeze(1)  # the start's sim(q, l+)
         relative = sims_t / scale
@@ -235,13 +243,8 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
             relative[:, :1].expand(-1, width - 1).flatten(), relative[:, 1:].flatten(), margin=self.margin
         )
         penalty = sum(c.square().mean() for c in self.term_weight.log_corrections(corpus))
-        loss = hinge + self.regularization * penalty
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log("train/hinge", hinge, on_epoch=True, batch_size=n)
-        self.log("train/penalty", penalty, on_epoch=True, batch_size=n)
         violated = (sims_t[:, :1] - sims_t[:, 1:] < 0).float().mean()
-        self.log("train/violations", violated, on_epoch=True, batch_size=n)
-        return loss
+        return hinge + self.regularization * penalty, {"hinge": hinge, "penalty": penalty, "violations": violated}
 
     # -- validation: each validation article (or its title, or its lead) is a query, its links relevant
     def _validation_scores(self, queries: Tensor, kind: int, *, model: str) -> Tensor:
