@@ -48,7 +48,12 @@ class PerEntryLinkLearn(LinkLearnModule):
         weight = self.term_weight
         start = weight.start(tf, idf, length)
         log_correction = [
-            mlp.on_values(x) for mlp, x in ((weight.tf_mlp, torch.log1p(tf)), (weight.idf_mlp, idf), (weight.len_mlp, torch.log1p(length)))
+            mlp.on_values(x)
+            for mlp, x in (
+                (weight.tf_mlp, torch.log1p(tf)),
+                (weight.idf_mlp, idf),
+                (weight.len_mlp, torch.log1p(length)),
+            )
         ]
         return owner, term, start * torch.exp(sum(log_correction)), start
 

@@ -44,7 +44,10 @@ def main() -> None:
         start = time.perf_counter()
         dump = write_synthetic_dump(work / "wiki.xml", n_articles=args.articles, n_topics=max(args.articles // 50, 1))
         megabytes = dump.stat().st_size / 1e6
-        print(f"dump: {args.articles:,} articles, {megabytes:.0f} MB of XML, written in {time.perf_counter() - start:.0f} s")
+        print(
+            f"dump: {args.articles:,} articles, {megabytes:.0f} MB of XML, "
+            f"written in {time.perf_counter() - start:.0f} s"
+        )
         start = time.perf_counter()
         for _, element in ET.iterparse(dump):
             element.clear()

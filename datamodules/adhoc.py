@@ -108,7 +108,9 @@ def read_collection(folder: str | Path) -> Collection:
             f"{folder / 'qrels.txt'}: none of the {len(queries)} queries of queries.tsv has a relevant document "
             f"in docs.tsv ({statistics}); check that the ids match"
         )
-    skipped = {k: v for k, v in statistics.items() if k.endswith(("missing", "unknown_query", "without_relevant")) and v}
+    skipped = {
+        k: v for k, v in statistics.items() if k.endswith(("missing", "unknown_query", "without_relevant")) and v
+    }
     if skipped:
         log.warning("%s: %s", folder, skipped)
     return Collection(

@@ -137,7 +137,9 @@ def pair_similarity(
     return torch.zeros(n_pairs, device=products.device, dtype=products.dtype).index_add(0, b[0][shared], products)
 
 
-def weight_matrix(model: TermWeight, corpus: dict[str, Tensor], rows: Tensor, size: int, *, corrected: bool = True) -> Tensor:
+def weight_matrix(
+    model: TermWeight, corpus: dict[str, Tensor], rows: Tensor, size: int, *, corrected: bool = True
+) -> Tensor:
     """Sparse COO ``[len(rows), size]`` matrix of term weights ``f`` (or the start's)."""
     owner, term, weight, _ = entry_weights(model, corpus, rows, corrected=corrected)
     return sparse_rows(owner, term, weight, (len(rows), size))
@@ -280,7 +282,9 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         queries = queries.to(self.device)
         with torch.no_grad():
             for kind, metric in enumerate(self.val_maps):
-                metric.update(self._average_precision(self._validation_scores(queries, kind, model="linklearn"), queries))
+                metric.update(
+                    self._average_precision(self._validation_scores(queries, kind, model="linklearn"), queries)
+                )
 
     def on_validation_epoch_end(self) -> None:
         maps = {name: float(metric.compute()) for name, metric in zip(VALIDATION_KINDS, self.val_maps)}
@@ -302,10 +306,12 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
             for model in ("start", "bm25"):
                 per_kind = []
                 for kind in VALIDATION_KINDS.values():
-                    ap = torch.cat([
-                        self._average_precision(self._validation_scores(chunk, kind, model=model), chunk)
-                        for chunk in queries.split(128)
-                    ])
+                    ap = torch.cat(
+                        [
+                            self._average_precision(self._validation_scores(chunk, kind, model=model), chunk)
+                            for chunk in queries.split(128)
+                        ]
+                    )
                     per_kind.append(float(ap.mean()))
                 out[f"map_{model}"] = sum(per_kind) / len(per_kind)
         return out

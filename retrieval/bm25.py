@@ -32,7 +32,12 @@ def bm25_matrix(
     rows = np.repeat(np.arange(corpus.n_docs), np.diff(corpus.offsets))
     lengths = corpus.lengths.astype(np.float64)
     weight = bm25_term_weight(
-        corpus.tfs.astype(np.float64), lengths[rows], idf[corpus.term_ids], lengths.mean() if len(lengths) else 1.0, k1=k1, b=b
+        corpus.tfs.astype(np.float64),
+        lengths[rows],
+        idf[corpus.term_ids],
+        lengths.mean() if len(lengths) else 1.0,
+        k1=k1,
+        b=b,
     )
     return sparse_rows(
         torch.from_numpy(rows),

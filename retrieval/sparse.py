@@ -60,10 +60,9 @@ def top_k(index: torch.Tensor, queries: torch.Tensor, k: int, *, chunk: int = 25
     return torch.cat(values), torch.cat(indices)
 
 
-
-
-
-def csr_contains(offsets: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+def csr_contains(
+    offsets: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor, candidates: torch.Tensor
+) -> torch.Tensor:
     """``[Q, C]`` bool: whether ``candidates[c]`` is among the columns of CSR row ``rows[q]``
     (``offsets [N + 1]``, ``columns [nnz]``: a graph's neighbour lists), on ``rows``' device, no loop."""
     column = torch.full((len(offsets) - 1,), -1, dtype=torch.long, device=rows.device)
@@ -74,4 +73,6 @@ def csr_contains(offsets: torch.Tensor, columns: torch.Tensor, rows: torch.Tenso
     out = torch.zeros(len(rows), len(candidates), dtype=torch.bool, device=rows.device)
     out[owner[keep], hit[keep]] = True
     return out
+
+
 __all__ = ["csr_contains", "entry_index", "inverted_index", "rank", "sparse_rows", "top_k"]

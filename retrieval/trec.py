@@ -129,7 +129,9 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
             int(rank)
             score = float(value)
         except ValueError:
-            raise TrecFormatError(f"{path}:{number}: rank {quote(rank)} or score {quote(value)} is not a number") from None
+            raise TrecFormatError(
+                f"{path}:{number}: rank {quote(rank)} or score {quote(value)} is not a number"
+            ) from None
         if not math.isfinite(score):
             raise TrecFormatError(f"{path}:{number}: score {value} is not finite")
         ranked = run.setdefault(qid, {})

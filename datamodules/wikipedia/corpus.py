@@ -141,7 +141,10 @@ def _load(cached: Path) -> LinkedCorpus:
     corpus, extra = load_corpus(cached)
     queries = {
         name: Corpus(
-            extra[f"{name}_offsets"], extra[f"{name}_term_ids"], extra[f"{name}_tfs"], extra[f"{name}_lengths"],
+            extra[f"{name}_offsets"],
+            extra[f"{name}_term_ids"],
+            extra[f"{name}_tfs"],
+            extra[f"{name}_lengths"],
             corpus.vocabulary,
         )
         for name in ("titles", "leads")

@@ -64,7 +64,9 @@ class WikipediaDataModule(pl.LightningDataModule):
         if unknown or not query_kinds:
             raise ValueError(f"data.query_kinds: {sorted(unknown) or 'empty'}; choose among {sorted(QUERY_KINDS)}")
         if negatives < 1 or not 0 <= hard_negatives <= negatives:
-            raise ValueError(f"need negatives >= 1 and 0 <= hard_negatives <= negatives ({negatives}, {hard_negatives})")
+            raise ValueError(
+                f"need negatives >= 1 and 0 <= hard_negatives <= negatives ({negatives}, {hard_negatives})"
+            )
         self.cache_dir, self.max_articles = cache_dir, max_articles
         self.val_fraction, self.batch_size, self.max_val_queries = val_fraction, batch_size, max_val_queries
         self.query_kinds = tuple(QUERY_KINDS[kind] for kind in query_kinds)

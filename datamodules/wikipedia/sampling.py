@@ -101,7 +101,9 @@ class LinkExamples:
             chosen = candidates.gather(1, score.topk(min(self.hard_negatives, candidates.shape[1]), dim=1).indices)
             columns = chosen.shape[1]
             negatives[:, :columns] = torch.where(chosen >= 0, chosen, negatives[:, :columns])
-        return torch.cat([(kinds * self.n_docs + anchors).unsqueeze(1), anchors.unsqueeze(1), positives.unsqueeze(1), negatives], 1)
+        return torch.cat(
+            [(kinds * self.n_docs + anchors).unsqueeze(1), anchors.unsqueeze(1), positives.unsqueeze(1), negatives], 1
+        )
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         generator = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)

@@ -56,9 +56,7 @@ class LinkTask:
         return len(self.part)
 
 
-def build_task(
-    linked: list[LinkedCorpus], *, val_fraction: float, max_val_queries: int, seed: int
-) -> LinkTask:
+def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queries: int, seed: int) -> LinkTask:
     """Concatenate the dumps, split each (seeded) into training and validation articles, drop crossing links."""
     blocks: dict[str, list[TermFeatures]] = {"document": [], "title": [], "lead": []}
     idfs, parts, edges, is_val = [], [], [], []
@@ -66,7 +64,9 @@ def build_task(
     for number, dump in enumerate(linked):
         idf = dump.corpus.idf()
         for kind, corpus in (("document", dump.corpus), ("title", dump.titles), ("lead", dump.leads)):
-            blocks[kind].append(TermFeatures(corpus.offsets, corpus.term_ids, corpus.tfs, idf, corpus.relative_lengths()))
+            blocks[kind].append(
+                TermFeatures(corpus.offsets, corpus.term_ids, corpus.tfs, idf, corpus.relative_lengths())
+            )
         idfs.append(bm25_idf(dump.corpus).astype(np.float32))
         n = dump.corpus.n_docs
         val, kept = split_graph(n, dump.edges, val_fraction, seed + number)
@@ -124,7 +124,9 @@ def _stack_blocks(blocks: list[TermFeatures]) -> TermFeatures:
     )
 
 
-def hard_negatives(task: LinkTask, *, per_article: int, k1: float = 1.2, b: float = 0.75, max_df: float = 0.05) -> torch.Tensor:
+def hard_negatives(
+    task: LinkTask, *, per_article: int, k1: float = 1.2, b: float = 0.75, max_df: float = 0.05
+) -> torch.Tensor:
     """``[D, per_article]`` training articles BM25 ranks highest for each training article's title and
     lead sentence, excluding the article and its links (-1 where fewer exist). Query terms in more
     than ``max_df`` of the articles are left out: they hardly change BM25's top and their postings
@@ -136,8 +138,14 @@ def hard_negatives(task: LinkTask, *, per_article: int, k1: float = 1.2, b: floa
     docs = task.train_docs
     doc_owner, doc_terms, doc_tfs = _entries(features, docs)
     df = np.bincount(doc_terms.numpy(), minlength=len(features.idf))
-    weight = bm25_term_weight(doc_tfs, torch.from_numpy(features.lengths)[docs][doc_owner],
-                              torch.from_numpy(task.bm25_idf)[doc_terms], 1.0, k1=k1, b=b)
+    weight = bm25_term_weight(
+        doc_tfs,
+        torch.from_numpy(features.lengths)[docs][doc_owner],
+        torch.from_numpy(task.bm25_idf)[doc_terms],
+        1.0,
+        k1=k1,
+        b=b,
+    )
     index = inverted_index(sparse_rows(doc_owner, doc_terms, weight.float(), (len(docs), len(features.idf))))
     anchors = docs[(task.offsets[docs + 1] - task.offsets[docs]) > 0]
     q_owner, q_terms, q_tfs = [], [], []

@@ -55,7 +55,11 @@ def test_utf8_bom_does_not_rename_the_first_document(tmp_path):
         ("docs.tsv", b"d1\tok\nbroken line\n", r"docs.tsv:2: expected 'id<TAB>text'"),
         ("docs.tsv", b"d1\ta\nd1\tb\n", r"docs.tsv:2: duplicate id 'd1' \(first on line 1\)"),
         ("docs.tsv", b"d1\tok\nd2\tcaf\xe9\n", r"docs.tsv:2: byte 0xe9 at column 7 is not UTF-8"),
-        ("queries.tsv", b"\x89PNG\r\n\x1a\n\x00\x00" * 50_000, r"queries.tsv:1: .*not UTF-8|queries.tsv:\d+: a NUL byte"),
+        (
+            "queries.tsv",
+            b"\x89PNG\r\n\x1a\n\x00\x00" * 50_000,
+            r"queries.tsv:1: .*not UTF-8|queries.tsv:\d+: a NUL byte",
+        ),
         ("qrels.txt", b"q1 0 d1 1\nq1 d1 1\n", r"qrels.txt:2: expected 'qid 0 docid rel'"),
         ("qrels.txt", b"q1 0 d1 yes\n", r"qrels.txt:1: relevance 'yes' is not an integer"),
         ("qrels.txt", b"q1 0 d1 1\nq1 0 d1 0\n", r"qrels.txt:2: \(q1, d1\) judged 0 here and 1 on line 1"),
@@ -63,8 +67,18 @@ def test_utf8_bom_does_not_rename_the_first_document(tmp_path):
         ("qrels.txt", b"q9 0 d1 1\nq1 0 nowhere 1\n", r"none of the 3 queries of queries.tsv has a relevant document"),
         ("queries.tsv", b"\n\n", r"queries.tsv: empty"),
     ],
-    ids=["no-tab", "duplicate", "docs-utf8", "binary", "fields", "relevance", "conflict", "qrels-utf8", "no-relevant",
-         "empty"],
+    ids=[
+        "no-tab",
+        "duplicate",
+        "docs-utf8",
+        "binary",
+        "fields",
+        "relevance",
+        "conflict",
+        "qrels-utf8",
+        "no-relevant",
+        "empty",
+    ],
 )
 def test_bad_collection_files_name_file_line_and_problem(tmp_path, name, content, message):
     folder = write_collection(tmp_path / "c")
@@ -89,7 +103,9 @@ WORD = st.text(alphabet="abcdéfgh ", min_size=1, max_size=20)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(docs=st.lists(WORD, min_size=1, max_size=6), queries=st.lists(WORD, min_size=1, max_size=3), seed=st.integers(0, 99))
+@given(
+    docs=st.lists(WORD, min_size=1, max_size=6), queries=st.lists(WORD, min_size=1, max_size=3), seed=st.integers(0, 99)
+)
 def test_random_valid_collections_round_trip(tmp_path, docs, queries, seed):
     doc_ids, query_ids = [f"d{i}" for i in range(len(docs))], [f"q{i}" for i in range(len(queries))]
     qrels = [f"q{q} 0 d{(q + seed) % len(docs)} {1 + seed % 3}" for q in range(len(queries))]
@@ -97,5 +113,7 @@ def test_random_valid_collections_round_trip(tmp_path, docs, queries, seed):
     collection = read_collection(folder)
     assert collection.doc_ids == doc_ids and collection.query_ids == query_ids
     for q in range(len(queries)):
-        assert collection.labels[q].tolist() == [1 + seed % 3 if d == (q + seed) % len(docs) else 0 for d in range(len(docs))]
+        assert collection.labels[q].tolist() == [
+            1 + seed % 3 if d == (q + seed) % len(docs) else 0 for d in range(len(docs))
+        ]
     assert collection.documents.lengths.sum() == sum(len(t.split()) for t in docs)

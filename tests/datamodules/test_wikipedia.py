@@ -8,7 +8,6 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -184,10 +183,17 @@ def test_markup_stripping_is_linear_on_hostile_pages(page):
 
 def test_unclosed_constructs_follow_mediawiki():
     stripper = MarkupStripper({"File"})
-    assert tokenize(stripper.strip("before <!-- hidden to the end")) == ["before"]
-    assert tokenize(stripper.strip("a <ref>kept text without a closer")) == ["a", "kept", "text", "without", "a", "closer"]
-    assert tokenize(stripper.strip("x {{a|}} y {{b|{{c}}}} z")) == ["x", "y", "z"]
-    assert tokenize(stripper.strip("[[Target|the label]] [[File:a.png|cap [[In]]]] {{open")) == ["the", "label", "open"]
+    assert tokenize(stripper.strip("before <!-- hidden to the end")) == ["before"]  # noqa: B005 (MarkupStripper.strip, not str.strip)
+    assert tokenize(stripper.strip("a <ref>kept text without a closer")) == [  # noqa: B005 (MarkupStripper.strip, not str.strip)
+        "a",
+        "kept",
+        "text",
+        "without",
+        "a",
+        "closer",
+    ]
+    assert tokenize(stripper.strip("x {{a|}} y {{b|{{c}}}} z")) == ["x", "y", "z"]  # noqa: B005 (MarkupStripper.strip, not str.strip)
+    assert tokenize(stripper.strip("[[Target|the label]] [[File:a.png|cap [[In]]]] {{open")) == ["the", "label", "open"]  # noqa: B005 (MarkupStripper.strip, not str.strip)
 
 
 FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

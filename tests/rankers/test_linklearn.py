@@ -83,9 +83,15 @@ def wiki(tmp_path_factory):
 def run(make_cfg, tmp_path, wiki, *overrides):
     dump, adhoc = wiki
     cfg = make_cfg(
-        "model=linklearn", "data=wikipedia", f"data.path={dump}", f"data.adhoc_dir={adhoc}",
-        "trainer.log_every_n_steps=1", "callbacks.progress_bar.refresh_rate=0", *overrides,
-        out=tmp_path / "run", tiny=False,
+        "model=linklearn",
+        "data=wikipedia",
+        f"data.path={dump}",
+        f"data.adhoc_dir={adhoc}",
+        "trainer.log_every_n_steps=1",
+        "callbacks.progress_bar.refresh_rate=0",
+        *overrides,
+        out=tmp_path / "run",
+        tiny=False,
     )
     return train(cfg), tmp_path / "run"
 
@@ -110,8 +116,13 @@ def test_training_reports_start_trained_and_bm25_in_results_and_tensorboard(make
 
 def test_the_start_is_kept_when_no_epoch_beats_it(make_cfg, tmp_path, wiki):
     # a huge learning rate with no pull to the start wrecks f: every trained epoch validates worse
-    results, out = run(
-        make_cfg, tmp_path, wiki, "model.epochs=2", "model.optimizer.lr=50", "model.regularization=0",
+    results, _ = run(
+        make_cfg,
+        tmp_path,
+        wiki,
+        "model.epochs=2",
+        "model.optimizer.lr=50",
+        "model.regularization=0",
         "callbacks.early_stopping.patience=10",
     )
     assert results["best_checkpoint"].endswith("epoch_000.ckpt")
@@ -142,6 +153,8 @@ def test_exported_term_weight_scores_a_collection_like_the_module(tmp_path, wiki
         n = len(corpus["offsets"]) - 1
         owner = torch.repeat_interleave(torch.arange(n), corpus["offsets"].diff())
         matrix = torch.zeros(n, len(idf))
-        matrix[owner, corpus["term_ids"]] = term_weight(corpus["tfs"], corpus["idf"][corpus["term_ids"]], corpus["lengths"][owner])
+        matrix[owner, corpus["term_ids"]] = term_weight(
+            corpus["tfs"], corpus["idf"][corpus["term_ids"]], corpus["lengths"][owner]
+        )
         dense.append(matrix)
     torch.testing.assert_close(dense[1] @ dense[0].T, expected, rtol=1e-4, atol=1e-4)

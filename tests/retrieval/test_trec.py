@@ -25,7 +25,9 @@ def trec_eval(labels: torch.Tensor, scores: torch.Tensor, measures: set[str]) ->
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_measures_equal_trec_eval(seed):
     generator = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, 3, (12, 40), generator=generator).float() * (torch.rand(12, 40, generator=generator) < 0.3)
+    labels = torch.randint(0, 3, (12, 40), generator=generator).float() * (
+        torch.rand(12, 40, generator=generator) < 0.3
+    )
     labels[3] = 0  # a query without relevant documents is left out and counted
     scores = torch.rand(12, 40, generator=generator)  # no ties: trec_eval breaks ties by docid
     ours = evaluate(scores, labels)
@@ -50,8 +52,13 @@ def test_runs_are_written_ranked_and_read_back(tmp_path):
         "q2 Q0 c 1 0.699999988 t",
         "q2 Q0 a 2 0.300000012 t",  # tie with b: document order
     ]
-    assert read_run(path) == {"q1": {"b": pytest.approx(0.9), "c": 0.5}, "q2": {"c": pytest.approx(0.7), "a": pytest.approx(0.3)}}
-    results = evaluate_runs({"m": scores}, torch.tensor([[0, 1, 0], [1, 0, 0]]).float(), ["q1", "q2"], ["a", "b", "c"], tmp_path)
+    assert read_run(path) == {
+        "q1": {"b": pytest.approx(0.9), "c": 0.5},
+        "q2": {"c": pytest.approx(0.7), "a": pytest.approx(0.3)},
+    }
+    results = evaluate_runs(
+        {"m": scores}, torch.tensor([[0, 1, 0], [1, 0, 0]]).float(), ["q1", "q2"], ["a", "b", "c"], tmp_path
+    )
     assert results["m"]["map"] == pytest.approx((1 + 0.5) / 2) and results["m"]["run"].endswith("m.run")
 
 
