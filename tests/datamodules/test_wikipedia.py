@@ -255,3 +255,15 @@ def test_real_dump_fragment_against_mwparserfromhell():
         assert len(ours - theirs) / len(ours) < 0.02, sorted(ours - theirs)[:20]
         checked += 1
     assert checked >= 100
+
+
+@pytest.mark.skipif(not REAL_DUMP.exists(), reason="../shared/data/wikipedia not present")
+def test_both_real_fragments_train_one_task(tmp_path):
+    latgalian = REAL_DUMP.parent / "ltgwiki-sample-pages-articles.xml.bz2"
+    datamodule = WikipediaDataModule([str(REAL_DUMP), str(latgalian)], cache_dir=str(tmp_path))
+    datamodule.setup()
+    dumps = datamodule.statistics["dumps"]
+    assert dumps[str(REAL_DUMP)]["articles"] == 106 and dumps[str(latgalian)]["articles"] == 903
+    assert datamodule.task.n_docs == 1009 and datamodule.statistics["train_anchors"] > 300
+    batch = next(iter(datamodule.train_dataloader()))
+    assert batch.shape[1] == 3 + datamodule.negatives
