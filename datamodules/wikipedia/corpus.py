@@ -19,7 +19,7 @@ from datamodules.wikipedia.dump import WikipediaFormatError, iter_pages
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
 from retrieval.terms import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 LEAD_TOKENS = 40  # a lead sentence longer than this is cut: a pseudo-query stays short
 

@@ -115,7 +115,8 @@ class MarkupStripper:
         if match is None or "[" in match.group(1) or not self.is_article_link(match.group(1)):
             return " "  # files (with their captions), categories, interlanguage links
         label = match.group(2)
-        return f" {label if label is not None else match.group(1)} "
+        # no spaces around: "[[amoeboid]]s" reads "amoeboids" (MediaWiki's link trail)
+        return label if label is not None else match.group(1)
 
     def resolve_brackets(self, text: str) -> str:
         """Templates and tables removed, links replaced by their label, innermost first, one scan."""
