@@ -26,9 +26,11 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import machine, sync
-from datamodules.text import tokenize
-from datamodules.wikipedia import MarkupStripper, WikipediaDataModule, write_synthetic_dump
-from rankers.linklearn import LinkLearnModule, gather_entries, inverted_index, rank
+from datamodules.synthetic_text import write_synthetic_dump
+from datamodules.wikipedia import MarkupStripper, WikipediaDataModule
+from rankers.linklearn import LinkLearnModule, weight_matrix
+from retrieval.sparse import entry_index, inverted_index, rank
+from retrieval.terms import tokenize
 
 REAL_DUMP = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2"
@@ -38,34 +40,38 @@ REAL_DUMP = (
 class PerEntryLinkLearn(LinkLearnModule):
     """The reference: every MLP runs on every (document, term) entry of the batch."""
 
-    def weighted_entries(self, docs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        owner, term, tf, length = gather_entries(self.corpus, docs)
+    def weighted_entries(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        corpus = self._attach()
+        owner, index = entry_index(corpus["offsets"], rows)
+        term = corpus["term_ids"][index]
+        tf, idf, length = corpus["tfs"][index], corpus["idf"][term], corpus["lengths"][rows][owner]
         weight = self.term_weight
-        inputs = (
-            (weight.tf_mlp, torch.log1p(tf)),
-            (weight.idf_mlp, self.corpus["idf"][term]),
-            (weight.len_mlp, torch.log1p(length)),
-        )
-        out = [mlp.layers(x.unsqueeze(-1)).squeeze(-1) for mlp, x in inputs]
-        return owner, term, out[0] * out[1] * out[2]
+        start = weight.start(tf, idf, length)
+        log_correction = [
+            mlp.on_values(x)
+            for mlp, x in (
+                (weight.tf_mlp, torch.log1p(tf)),
+                (weight.idf_mlp, idf),
+                (weight.len_mlp, torch.log1p(length)),
+            )
+        ]
+        return owner, term, start * torch.exp(sum(log_correction)), start
 
 
-def attach(model: LinkLearnModule, datamodule: WikipediaDataModule, device: torch.device) -> None:
+def attach(model: LinkLearnModule, device: torch.device) -> None:
     model.to(device)
-    model.corpus = datamodule.corpus.tensors(device)
-    model.vocabulary_size = len(datamodule.corpus.vocabulary)
+    model._attach()
 
 
 def training_rate(model: LinkLearnModule, batches: list[Tensor], device: torch.device) -> float:
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    model.log = lambda *args, **kwargs: None  # no trainer attached
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for batch in batches[:3]:  # warm-up
-        model.training_step(batch, 0).backward()
+        model.example_loss(batch)[0].backward()
     sync(device)
     start = time.perf_counter()
     for batch in batches:
         optimizer.zero_grad()
-        model.training_step(batch, 0).backward()
+        model.example_loss(batch)[0].backward()
         optimizer.step()
     sync(device)
     return sum(len(b) for b in batches) / (time.perf_counter() - start)
@@ -73,20 +79,23 @@ def training_rate(model: LinkLearnModule, batches: list[Tensor], device: torch.d
 
 def indexing_rate(model: LinkLearnModule, n_docs: int, device: torch.device) -> float:
     docs = torch.arange(n_docs, device=device)
-    model.document_matrix(docs[:100])
+    corpus, size = model._attach(), model.vocabulary_size
+    weight_matrix(model.term_weight, corpus, docs[:100], size)
     sync(device)
     start = time.perf_counter()
     for chunk in docs.split(1000):
-        model.document_matrix(chunk)
+        with torch.no_grad():
+            weight_matrix(model.term_weight, corpus, chunk, size)
     sync(device)
     return n_docs / (time.perf_counter() - start)
 
 
 def ranking_rates(model: LinkLearnModule, n_docs: int, device: torch.device) -> tuple[float, float]:
     """Queries/s ranking every document: CSR postings product vs a dense ``[V, Q]`` query matrix."""
+    corpus, size = model._attach(), model.vocabulary_size
     with torch.no_grad():
-        documents = model.document_matrix(torch.arange(n_docs, device=device))
-        queries = model.document_matrix(torch.arange(64, device=device))
+        documents = weight_matrix(model.term_weight, corpus, torch.arange(n_docs, device=device), size)
+        queries = weight_matrix(model.term_weight, corpus, torch.arange(64, device=device), size)
     index = inverted_index(documents)
     rank(index, queries)
     rates = []
@@ -139,17 +148,17 @@ def main() -> None:
         datamodule = WikipediaDataModule(str(dump), batch_size=args.batch_size)
         datamodule.setup()
     batches = list(datamodule.train_dataloader())[: args.batches]
-    n_docs = datamodule.corpus.n_docs
+    n_docs = datamodule.task.n_docs
     print(f"# {machine()}")
-    print(f"# synthetic dump: {n_docs} articles, {len(datamodule.corpus.term_ids)} (document, term) entries")
+    print(f"# synthetic dump: {n_docs} articles, {len(datamodule.task.features.term_ids)} (row, term) entries")
     print("| device | task | ours per s | per-entry f per s | speed-up |")
     print("|---|---|---:|---:|---:|")
     for device in devices:
         rates = {}
         for name, module in (("ours", LinkLearnModule), ("reference", PerEntryLinkLearn)):
             torch.manual_seed(0)
-            model = module(hidden=8)
-            attach(model, datamodule, device)
+            model = module(task=datamodule.task, hidden=8)
+            attach(model, device)
             on_device = [b.to(device) for b in batches]
             rates[name] = (training_rate(model, on_device, device), indexing_rate(model, n_docs, device))
         for i, task in enumerate(("training triples", "indexed documents")):

@@ -1,14 +1,11 @@
-"""LinkLearn vs BM25 on collections the model never saw: the claim of Grangier & Bengio's Table 1.
+"""LinkLearn vs its untrained start vs BM25 on collections the model never saw (Grangier & Bengio, Table 1).
 
-    python bench/linklearn_transfer.py                         # a synthetic dump, three collections
-    python bench/linklearn_transfer.py --dump enwiki.xml.bz2 --collection trec_dir/ [--collection ...]
+    python bench/linklearn_transfer.py                                   # synthetic dump and collections
+    python bench/linklearn_transfer.py --dump DUMP.xml.bz2 --collection DIR [--collection DIR ...] [overrides]
 
 Trains ``model=linklearn`` through ``train.py``'s pipeline (default config) on the dump, then ranks
-each collection with the trained model, its untrained tf-idf start, constant factors (f = 1: a count
-of shared terms) and Okapi BM25 (k1 = 1.2, b = 0.75), and prints MAP, P@10, R-precision and nDCG@10.
-Without arguments it uses a synthetic dump and three synthetic collections of increasing difficulty
-(different vocabulary, then shorter/longer documents, confusable topics and more common words in
-queries).
+each collection (``docs.tsv``, ``queries.tsv``, ``qrels.txt``) with the trained model, its untrained
+start and Okapi BM25 (k1 1.2, b 0.75), and prints MAP, P@10, R-precision, nDCG@10 and the ratios.
 """
 
 from __future__ import annotations
@@ -18,17 +15,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
-from hydra.utils import instantiate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import machine
-from datamodules.adhoc import bm25_scores, evaluate, read_collection, write_synthetic_collection
-from datamodules.wikipedia import write_synthetic_dump
+from datamodules.adhoc import read_collection
+from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump
 from rankers.linklearn import LinkLearnModule
 from rankers.pipeline import compose_config, train
+from retrieval import bm25_scores, evaluate
 
 SYNTHETIC = {
     "unseen vocabulary": {},
@@ -44,64 +40,58 @@ SYNTHETIC = {
 
 def trained_model(dump: Path, work: Path, overrides: list[str]) -> LinkLearnModule:
     base = ["model=linklearn", "data=wikipedia", f"data.path={dump}", "callbacks.progress_bar.refresh_rate=0"]
-    cfg = compose_config([*base, *overrides], output_dir=work / "run", data_dir=work / "data")
+    cfg = compose_config([*base, *overrides, "export=false"], output_dir=work / "run", data_dir=work / "data")
     results = train(cfg)
+    val = results["val"]
     print(
-        f"# validation (linked documents): LinkLearn MAP {results['val']['map']:.3f}, "
-        f"BM25 {results['val']['map_bm25']:.3f}, {results['epochs']} epochs, {results['fit_seconds']:.0f} s; "
-        f"untrained starts: {start_validation(cfg)}"
+        f"# validation (linked articles): trained {val['map']:.4f}, start {val['map_start']:.4f}, "
+        f"BM25 {val['map_bm25']:.4f}; {results['epochs']} epochs, {results['fit_seconds']:.0f} s, "
+        f"kept {Path(results['best_checkpoint']).name}"
     )
-    return LinkLearnModule.load_from_checkpoint(results["best_checkpoint"])
-
-
-def start_validation(cfg) -> str:
-    """Validation MAP of the two untrained starts (``model.init``) on the same task."""
-    datamodule = instantiate(cfg.data)
-    trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
-    scores = []
-    for init in ("tfidf", "ones"):
-        torch.manual_seed(0)
-        scores.append(trainer.validate(LinkLearnModule(init=init), datamodule=datamodule, verbose=False)[0]["val/map"])
-    return f"tf-idf {scores[0]:.3f}, f = 1 {scores[1]:.3f}"
+    model = LinkLearnModule(**{k: v for k, v in cfg.model.items() if k not in ("_target_", "optimizer")})
+    model.load_state_dict(torch.load(results["best_checkpoint"], weights_only=True)["state_dict"])
+    return model
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dump", type=Path)
+    parser.add_argument("--dump", type=Path, action="append", default=[])
     parser.add_argument("--collection", type=Path, action="append", default=[])
     parser.add_argument("--articles", type=int, default=2000)
-    parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. model.optimizer.lr=0.1")
+    parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. model.optimizer.lr=0.01")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        dump = args.dump or write_synthetic_dump(
-            work / "wiki.xml.bz2", n_articles=args.articles, n_topics=args.articles // 20, seed=1
-        )
-        collections = {str(c): c for c in args.collection}
-        if not collections:
-            collections = {
-                name: write_synthetic_collection(work / f"c{i}", n_docs=600, n_topics=30, n_queries=30, seed=5, **opts)
-                for i, (name, opts) in enumerate(SYNTHETIC.items())
-            }
+        dumps = args.dump or [
+            write_synthetic_dump(work / "wiki.xml.bz2", n_articles=args.articles, n_topics=args.articles // 20, seed=1)
+        ]
+        path = dumps[0] if len(dumps) == 1 else "[" + ",".join(map(str, dumps)) + "]"
+        collections = {str(c): c for c in args.collection} or {
+            name: write_synthetic_collection(work / f"c{i}", n_docs=600, n_topics=30, n_queries=30, seed=5, **opts)
+            for i, (name, opts) in enumerate(SYNTHETIC.items())
+        }
         print(f"# {machine()}")
-        model = trained_model(dump, work, args.overrides)
-        torch.manual_seed(0)
-        starts = {"its start (tf-idf, untrained)": LinkLearnModule(init="tfidf"), "f = 1": LinkLearnModule(init="ones")}
-        print("| collection | model | MAP | P@10 | R-prec | nDCG@10 |")
-        print("|---|---|---:|---:|---:|---:|")
-        for name, path in collections.items():
-            collection = read_collection(path)
+        model = trained_model(path, work, args.overrides)
+        print("| collection | model | MAP | P@10 | R-prec | nDCG@10 | MAP / BM25 |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        ratios = {"LinkLearn": [], "its start": []}
+        for name, folder_ in collections.items():
+            c = read_collection(folder_)
             runs = {
-                "LinkLearn": model.score_collection(collection.documents, collection.queries),
-                **{label: m.score_collection(collection.documents, collection.queries) for label, m in starts.items()},
-                "BM25": bm25_scores(collection.documents, collection.queries, k1=1.2, b=0.75),
+                "LinkLearn": model.score_collection(c.documents, c.queries),
+                "its start": model.score_collection(c.documents, c.queries, corrected=False),
+                "BM25": bm25_scores(c.documents, c.queries, k1=1.2, b=0.75),
             }
-            for label, scores in runs.items():
-                m = evaluate(scores, collection.labels)
+            measured = {label: evaluate(scores, c.labels) for label, scores in runs.items()}
+            for label, m in measured.items():
+                ratio = m["map"] / measured["BM25"]["map"]
+                ratios.get(label, []).append(ratio)
                 print(
-                    f"| {name} | {label} | {m['map']:.3f} | {m['p@10']:.3f} | {m['r_precision']:.3f} | "
-                    f"{m['ndcg@10']:.3f} |"
+                    f"| {name} | {label} | {m['map']:.4f} | {m['p@10']:.3f} | {m['r_precision']:.3f} | "
+                    f"{m['ndcg@10']:.3f} | {ratio:.3f} |"
                 )
+        for label, values in ratios.items():
+            print(f"# {label}: mean MAP / BM25 {sum(values) / len(values):.4f}, min {min(values):.4f}")
 
 
 if __name__ == "__main__":

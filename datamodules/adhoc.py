@@ -1,93 +1,84 @@
-"""Ad-hoc retrieval collections, Okapi BM25, TREC run files and their evaluation.
+"""Ad-hoc retrieval collections: a folder with ``docs.tsv``, ``queries.tsv`` and ``qrels.txt``.
 
-A collection is a folder with ``docs.tsv`` (``docid<TAB>text``), ``queries.tsv`` (``qid<TAB>text``)
-and ``qrels.txt`` (TREC: ``qid 0 docid rel``). Documents and queries are tokenized like the
-training corpus (``datamodules.text``); query terms absent from the documents are dropped (they
-match nothing under either model).
+``docs.tsv`` is ``docid<TAB>text``, ``queries.tsv`` ``qid<TAB>text``, ``qrels.txt`` TREC
+(``qid 0 docid rel``). Documents and queries are tokenized like the training corpus
+(``retrieval.terms``); query terms absent from the documents are dropped (they match nothing under
+any model). Reading only: ranking and evaluation live in ``retrieval``.
+
+Nothing is dropped silently: judgments of documents not in ``docs.tsv`` or of queries not in
+``queries.tsv`` and queries without a relevant document are counted in ``Collection.statistics``
+(and logged); a collection where no query has a relevant document is an error, as are non-UTF-8
+bytes, lines without a tab, duplicate ids and conflicting judgments (each naming file and line).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 
-from datamodules.text import (
-    COMMON_WORDS,
-    Corpus,
-    CorpusBuilder,
-    inverted_index,
-    rank,
-    sparse_rows,
-    synthetic_words,
-    tokenize,
-)
-from metrics.functional import average_precision, ndcg, precision, r_precision
+from retrieval.terms import Corpus, CorpusBuilder, tokenize
+from retrieval.trec import TrecFormatError, quote, read_qrels, text_lines
 
 log = logging.getLogger(__name__)
 
 
-class CollectionFormatError(ValueError):
-    """A collection file that cannot be read; the message names the file and line."""
+class CollectionFormatError(TrecFormatError):
+    """A collection file that cannot be used; the message names the file and line."""
 
 
-@dataclass
 class Collection:
-    doc_ids: list[str]
-    query_ids: list[str]
-    documents: Corpus
-    queries: Corpus  # over the documents' vocabulary
-    labels: torch.Tensor  # [Q, D] graded relevance from the qrels
-    statistics: dict[str, int]
+    """``doc_ids``, ``query_ids``, ``documents`` and ``queries`` (a ``Corpus`` over the documents'
+    vocabulary), ``labels [Q, D]`` graded relevance (negative judgments count as 0), ``statistics``.
+    A plain class: Hydra's ``instantiate`` would turn a dataclass argument into a config."""
+
+    def __init__(
+        self,
+        *,
+        doc_ids: list[str],
+        query_ids: list[str],
+        documents: Corpus,
+        queries: Corpus,
+        labels: torch.Tensor,
+        statistics: dict[str, int],
+    ) -> None:
+        self.doc_ids, self.query_ids, self.documents, self.queries = doc_ids, query_ids, documents, queries
+        self.labels, self.statistics = labels, statistics
 
 
-def _read_tsv(path: Path) -> list[tuple[str, str]]:
-    if not path.exists():
-        raise CollectionFormatError(f"{path}: missing")
-    rows, seen = [], set()
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            if "\t" not in line:
-                raise CollectionFormatError(f"{path}:{number}: expected 'id<TAB>text', got {line[:80]!r}")
-            key, text = line.rstrip("\n").split("\t", 1)
-            if key in seen:
-                raise CollectionFormatError(f"{path}:{number}: duplicate id {key!r}")
-            seen.add(key)
-            rows.append((key, text))
+def read_tsv(path: str | Path) -> list[tuple[str, str]]:
+    """``(id, text)`` rows of an ``id<TAB>text`` file; blank lines skipped, ids unique."""
+    rows, seen = [], {}
+    for number, line in text_lines(path, CollectionFormatError):
+        if not line.strip():
+            continue
+        if "\t" not in line:
+            raise CollectionFormatError(f"{path}:{number}: expected 'id<TAB>text', got {quote(line)}")
+        key, text = line.split("\t", 1)
+        key = key.strip()
+        if not key or len(key.split()) != 1:
+            raise CollectionFormatError(f"{path}:{number}: id {quote(key)} is empty or has a space")
+        if key in seen:
+            raise CollectionFormatError(f"{path}:{number}: duplicate id {key!r} (first on line {seen[key]})")
+        seen[key] = number
+        rows.append((key, text))
     if not rows:
         raise CollectionFormatError(f"{path}: empty")
     return rows
 
 
-def read_qrels(path: Path) -> list[tuple[str, str, int]]:
-    """``(qid, docid, rel)`` from a TREC qrels file."""
-    if not path.exists():
-        raise CollectionFormatError(f"{path}: missing")
-    rows = []
-    with open(path) as handle:
-        for number, line in enumerate(handle, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 4:
-                raise CollectionFormatError(f"{path}:{number}: expected 'qid 0 docid rel', got {line.strip()!r}")
-            try:
-                rows.append((fields[0], fields[2], int(fields[3])))
-            except ValueError:
-                raise CollectionFormatError(f"{path}:{number}: relevance {fields[3]!r} is not an integer") from None
-    return rows
-
-
 def read_collection(folder: str | Path) -> Collection:
+    """The collection in ``folder``; see the module docstring for what is counted and what is an error."""
     folder = Path(folder)
-    docs = _read_tsv(folder / "docs.tsv")
-    queries = _read_tsv(folder / "queries.tsv")
+    docs = read_tsv(folder / "docs.tsv")
+    queries = read_tsv(folder / "queries.tsv")
+    try:
+        qrels, counts = read_qrels(folder / "qrels.txt")
+    except CollectionFormatError:
+        raise
+    except TrecFormatError as error:
+        raise CollectionFormatError(str(error)) from None
     builder = CorpusBuilder()
     for _, text in docs:
         builder.add(tokenize(text))
@@ -98,155 +89,38 @@ def read_collection(folder: str | Path) -> Collection:
     doc_index = {doc_id: i for i, (doc_id, _) in enumerate(docs)}
     query_index = {qid: i for i, (qid, _) in enumerate(queries)}
     labels = torch.zeros(len(queries), len(docs))
-    counts = {"documents": len(docs), "queries": len(queries), "judgments": 0, "judged_docs_missing": 0}
-    for qid, doc_id, rel in read_qrels(folder / "qrels.txt"):
+    statistics = {"documents": len(docs), "queries": len(queries), **counts}
+    statistics.update(judgments_unknown_query=0, relevant_docs_missing=0, judgments_docs_missing=0)
+    for qid, judged in qrels.items():
         if qid not in query_index:
-            continue  # judgments for queries not in this run (TREC qrels often cover more topics)
-        counts["judgments"] += 1
-        if doc_id not in doc_index:
-            counts["judged_docs_missing"] += rel > 0
+            # TREC qrels often cover more topics than a run: counted, not an error
+            statistics["judgments_unknown_query"] += len(judged)
             continue
-        labels[query_index[qid], doc_index[doc_id]] = max(rel, 0)
-    counts["queries_without_relevant"] = int((labels.amax(1) <= 0).sum())
-    if counts["judged_docs_missing"]:
-        log.warning("%s: %d relevant judged documents are not in docs.tsv", folder, counts["judged_docs_missing"])
+        for doc_id, relevance in judged.items():
+            if doc_id not in doc_index:
+                statistics["judgments_docs_missing"] += 1
+                statistics["relevant_docs_missing"] += relevance > 0
+                continue
+            labels[query_index[qid], doc_index[doc_id]] = max(relevance, 0)
+    statistics["queries_without_relevant"] = int((labels.amax(1) <= 0).sum())
+    if statistics["queries_without_relevant"] == len(queries):
+        raise CollectionFormatError(
+            f"{folder / 'qrels.txt'}: none of the {len(queries)} queries of queries.tsv has a relevant document "
+            f"in docs.tsv ({statistics}); check that the ids match"
+        )
+    skipped = {
+        k: v for k, v in statistics.items() if k.endswith(("missing", "unknown_query", "without_relevant")) and v
+    }
+    if skipped:
+        log.warning("%s: %s", folder, skipped)
     return Collection(
         doc_ids=[d for d, _ in docs],
         query_ids=[q for q, _ in queries],
         documents=documents,
-        queries=query_builder.build(),
+        queries=query_builder.build(len(builder.vocabulary)),
         labels=labels,
-        statistics=counts,
+        statistics=statistics,
     )
 
 
-def bm25_idf(corpus: Corpus, *, epsilon: float = 0.25) -> np.ndarray:
-    """Robertson-Sparck Jones idf ``log((N - df + 0.5) / (df + 0.5))``; negative values (terms in over
-    half the documents) become ``epsilon`` x the mean idf, as in rank_bm25's ``BM25Okapi``."""
-    df = corpus.df.astype(np.float64)
-    idf = np.log(corpus.n_docs - df + 0.5) - np.log(df + 0.5)
-    floor = epsilon * idf.mean() if len(idf) else 0.0
-    return np.where(idf < 0, floor, idf)
-
-
-def bm25_term_weight(tf, length, idf, mean_length: float, *, k1: float, b: float):
-    """The BM25 weight of (document, term) entries, numpy arrays or tensors of one shape:
-    ``idf tf (k1 + 1) / (tf + k1 (1 - b + b len / mean_len))``."""
-    return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / max(float(mean_length), 1e-12)))
-
-
-def bm25_scores(documents: Corpus, queries: Corpus, *, k1: float = 1.5, b: float = 0.75) -> torch.Tensor:
-    """Okapi BM25 ``[Q, D]``: ``sum_{t in q} qtf_t idf_t tf (k1 + 1) / (tf + k1 (1 - b + b len/avglen))``.
-
-    Query terms count with their multiplicity in the query (as rank_bm25 does).
-    """
-    idf = bm25_idf(documents)
-    rows = np.repeat(np.arange(documents.n_docs), np.diff(documents.offsets))
-    lengths = documents.lengths.astype(np.float64)
-    weight = bm25_term_weight(
-        documents.tfs.astype(np.float64), lengths[rows], idf[documents.term_ids], lengths.mean(), k1=k1, b=b
-    )
-    vocabulary = len(documents.vocabulary)
-    doc_matrix = sparse_rows(
-        torch.from_numpy(rows),
-        torch.from_numpy(documents.term_ids),
-        torch.from_numpy(weight),
-        (documents.n_docs, vocabulary),
-    )
-    query_rows = np.repeat(np.arange(queries.n_docs), np.diff(queries.offsets))
-    query_matrix = sparse_rows(
-        torch.from_numpy(query_rows),
-        torch.from_numpy(queries.term_ids),
-        torch.from_numpy(queries.tfs.astype(np.float64)),
-        (queries.n_docs, vocabulary),
-    )
-    return rank(inverted_index(doc_matrix), query_matrix).float()
-
-
-def evaluate(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """MAP, P@10, R-precision (break-even point) and nDCG@10 over the queries with a relevant document."""
-    judged = labels.amax(1) > 0
-    scores, labels = scores[judged].float(), labels[judged].float()
-    return {
-        "map": float(average_precision(scores, labels).mean()),
-        "p@10": float(precision(scores, labels, k=10).mean()),
-        "r_precision": float(r_precision(scores, labels).mean()),
-        "ndcg@10": float(ndcg(scores, labels, k=10).mean()),
-        "queries": int(judged.sum()),
-    }
-
-
-def write_run(path: str | Path, scores: torch.Tensor, collection: Collection, *, tag: str, depth: int = 1000) -> None:
-    """TREC run file ``qid Q0 docid rank score tag``, the top ``depth`` documents per query."""
-    top = scores.topk(min(depth, scores.shape[1]), dim=1)
-    lines = []
-    for q, qid in enumerate(collection.query_ids):
-        for position, (value, d) in enumerate(zip(top.values[q].tolist(), top.indices[q].tolist(), strict=True), 1):
-            lines.append(f"{qid} Q0 {collection.doc_ids[d]} {position} {value:.6f} {tag}")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("\n".join(lines) + "\n")
-
-
-def adhoc_evaluation(model: Any, folder: str | Path, out_dir: str | Path, *, k1: float, b: float) -> dict[str, Any]:
-    """Rank the collection with ``model.score_collection`` and BM25; run files and metrics for both."""
-    collection = read_collection(folder)
-    runs = {
-        "linklearn": model.score_collection(collection.documents, collection.queries).cpu(),
-        "bm25": bm25_scores(collection.documents, collection.queries, k1=k1, b=b),
-    }
-    results: dict[str, Any] = {"collection": str(folder), "statistics": collection.statistics}
-    for name, scores in runs.items():
-        write_run(Path(out_dir) / f"{name}.run", scores, collection, tag=name)
-        results[name] = {**evaluate(scores, collection.labels), "run": str(Path(out_dir) / f"{name}.run")}
-    results["bm25"].update({"k1": k1, "b": b})
-    return results
-
-
-def write_synthetic_collection(
-    folder: str | Path,
-    *,
-    n_docs: int = 400,
-    n_topics: int = 20,
-    n_queries: int = 20,
-    topic_share: float = 0.3,
-    lengths: tuple[int, int] = (40, 300),
-    neighbour_share: float = 0.0,
-    query_words: tuple[int, int] = (3, 1),
-    seed: int = 0,
-) -> Path:
-    """A small ad-hoc collection drawn like ``wikipedia.write_synthetic_dump`` but over *other* topic
-    words (``u{topic}w{j}``), so a model trained on the dump meets an unseen vocabulary.
-
-    A document of ``lengths`` tokens has a ``topic_share`` of its topic's words, ``neighbour_share``
-    times as many of the next topic's words (confusable documents), the rest Zipf-distributed common
-    words. A query is ``query_words[0]`` words of one topic and ``query_words[1]`` frequent common
-    words; the documents of that topic are relevant (rel 1).
-    """
-    rng = np.random.default_rng(seed)
-    topic_of = rng.integers(0, n_topics, n_docs)
-    docs = []
-    for i in range(n_docs):
-        length = int(rng.integers(*lengths))
-        neighbour = f"u{(topic_of[i] + 1) % n_topics}"
-        words = synthetic_words(
-            rng,
-            length,
-            topic=f"u{topic_of[i]}",
-            topic_share=topic_share,
-            mixed_in=neighbour,
-            mixed_share=neighbour_share,
-        )
-        docs.append(f"doc{i}\t{' '.join(words)}")
-    queries, qrels = [], []
-    for q in range(n_queries):
-        topic = q % n_topics
-        words = [f"u{topic}w{j}" for j in rng.integers(0, 25, query_words[0])]
-        words += [COMMON_WORDS[int(j)] for j in rng.integers(0, 20, query_words[1])]
-        queries.append(f"query{q}\t{' '.join(words)}")
-        qrels += [f"query{q} 0 doc{i} 1" for i in np.flatnonzero(topic_of == topic)]
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "docs.tsv").write_text("\n".join(docs) + "\n")
-    (folder / "queries.tsv").write_text("\n".join(queries) + "\n")
-    (folder / "qrels.txt").write_text("\n".join(qrels) + "\n")
-    return folder
+__all__ = ["Collection", "CollectionFormatError", "read_collection", "read_tsv"]

@@ -2,23 +2,28 @@
 
     python train.py model=linklearn data=wikipedia data.path=dump.xml.bz2 data.adhoc_dir=collection/
 
-Term weight (eq. 3): ``f(tf, idf, len) = MLP1(tf) * MLP2(idf) * MLP3(len)``; similarity
-``sim(a, b) = sum_i f(tf_ia, idf_i, len_a) * f(tf_ib, idf_i, len_b)`` over the terms both share;
-cost (eq. 7) ``|1 - sim(d, l+) + sim(d, l-)|_+`` on triples with l+ linked to d and l- not, by SGD.
+Similarity (eq. 2-3): ``sim(a, b) = sum_i f(tf_ia, idf_i, len_a) * f(tf_ib, idf_i, len_b)`` over the
+terms a and b share, with ``f = start(tf, idf, len) * MLP1(tf) * MLP2(idf) * MLP3(len)``: the three
+single-input MLPs of eq. 3, each ``exp`` of a tanh network whose output starts at 0, refine a fixed
+start instead of replacing it. The default start is Okapi BM25's saturation with ``idf ** 0.75`` on
+each side (``idf ** 1.5`` per shared term), which ranks held-out collections at least as well as BM25
+before any training (docs/linklearn.md). Cost (eq. 7) ``|m - sim(q, l+) + sim(q, l-)|_+`` on examples
+with l+ linked to d and l- not, q being d itself (the paper) or a short pseudo-query drawn from d
+(its title or lead sentence), averaged over the negatives; ``m`` is relative to the start's
+similarity of q and l+, so long and short queries weigh alike and scaling f up cannot buy margin.
+A penalty ``regularization * mean(log MLP_k ** 2)`` pulls the MLPs back to 1 (to the start).
+
+Epoch 0 trains nothing: it validates the start, so the checkpoint callback keeps the start unless a
+trained epoch beats it on validation (``val/map``; ``val/map_start`` and ``val/map_bm25`` beside it).
 
 Each MLP is evaluated only on the distinct values of its input over the corpus (the paper's trick;
-``Corpus.tensors`` codes every entry once), gathered back to the (document, term) entries; pair
-similarities are sparse intersections of the sorted term lists. Inputs enter the MLPs as
-``log1p(tf)``, ``idf`` and ``log1p(len / mean len)``: a fixed rescaling so one learning rate suits all
-three (the paper does not specify input scaling), and length relative to the collection's mean (as
-in BM25's ``l_d / L``) so the model learned on Wikipedia transfers to collections of shorter or
-longer documents (``bench/linklearn_transfer.py``, docs/linklearn.md).
+``TermFeatures.tensors`` codes every entry once), gathered back to the (document, term) entries;
+pair similarities are sparse intersections of the sorted term lists.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -27,98 +32,95 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from datamodules.adhoc import bm25_idf, bm25_term_weight
-from datamodules.text import TOKENIZER, Corpus, entry_index, inverted_index, rank, sparse_rows
-from datamodules.wikipedia import linked_matrix
 from losses import linklearn_hinge
 from metrics.functional import average_precision
 from rankers.base import PassLimit
+from retrieval.bm25 import bm25_scores, bm25_term_weight
+from retrieval.evaluation import evaluate_runs
+from retrieval.sparse import csr_contains, entry_index, inverted_index, rank, sparse_rows
+from retrieval.terms import TOKENIZER, Corpus
+
+STARTS = {"bm25": 0, "tfidf": 1, "ones": 2}
+VALIDATION_KINDS = {"document": 0, "title": 1, "lead": 2}
 
 
-class ScalarMLP(nn.Module):
-    """A single-input, single-output MLP ``1 -> hidden (tanh) -> 1`` applied to ``values [n]``.
+class Correction(nn.Module):
+    """``log MLP_k``: ``1 -> hidden (tanh) -> 1`` on ``values [n]``, exactly 0 at construction.
 
-    It runs once per distinct value of its input and gathers the result back to ``[n]``: a batch
-    of thousands of (document, term) entries has only tens of distinct tfs and lengths.
+    It runs once per distinct value of its input and gathers the result back to ``[n]``.
     """
 
     def __init__(self, hidden: int) -> None:
         super().__init__()
         self.layers = nn.Sequential(nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, 1))
-        with torch.no_grad():  # start near 1, so sim starts as a count of shared terms
-            self.layers[2].weight.mul_(0.1)
-            self.layers[2].bias.fill_(1.0)
+        with torch.no_grad():
+            self.layers[2].weight.zero_()
+            self.layers[2].bias.zero_()
 
     def forward(self, values: Tensor) -> Tensor:
         distinct, inverse = torch.unique(values, return_inverse=True)
         return self.layers(distinct.unsqueeze(-1)).squeeze(-1)[inverse]
 
-    @torch.jit.unused
-    def fit_(self, inputs: Tensor, targets: Tensor, *, steps: int = 400) -> None:
-        """Least-squares fit of the MLP to ``targets`` at ``inputs`` (``[n]``): an initialization."""
-        optimizer = torch.optim.Adam(self.layers.parameters(), lr=0.05)
-        for _ in range(steps):
-            optimizer.zero_grad()
-            loss = (self.layers(inputs.unsqueeze(-1)).squeeze(-1) - targets).square().mean()
-            loss.backward()
-            optimizer.step()
+    def on_values(self, values: Tensor) -> Tensor:
+        """The network on ``values`` as given (already distinct)."""
+        return self.layers(values.unsqueeze(-1)).squeeze(-1)
 
 
 class TermWeight(nn.Module):
-    """``f(tf, idf, len)`` of eq. 3: ``[n]`` raw term frequencies, idfs, relative lengths -> ``[n]``."""
+    """``f(tf, idf, len) = start(tf, idf, len) * MLP1(tf) * MLP2(idf) * MLP3(len)``: ``[n]`` inputs -> ``[n]``.
 
-    def __init__(self, hidden: int = 8, *, init: str = "tfidf") -> None:
+    ``tf`` raw counts, ``idf`` ``log(N / df)``, ``len`` the document's length over its collection's mean.
+    Starts: ``bm25`` ``idf^p tf (k1 + 1) / (tf + k1 (1 - b + b len))``; ``tfidf``
+    ``log(1 + tf) idf / sqrt(0.25 + 0.75 len)`` (pivoted, Singhal et al.); ``ones`` 1 (the paper's
+    constant start, a count of shared terms). The MLPs read ``log(1 + tf)``, ``idf`` and ``log(1 + len)``.
+    """
+
+    def __init__(
+        self, hidden: int = 8, *, start: str = "bm25", k1: float = 1.2, b: float = 0.75, idf_power: float = 0.75
+    ) -> None:
         super().__init__()
-        self.tf_mlp, self.idf_mlp, self.len_mlp = ScalarMLP(hidden), ScalarMLP(hidden), ScalarMLP(hidden)
-        if init == "tfidf":
-            self.init_tfidf_()
-        elif init != "ones":
-            raise ValueError(f"init must be 'tfidf' or 'ones', got {init!r}")
+        if start not in STARTS:
+            raise ValueError(f"model.start must be one of {sorted(STARTS)}, got {start!r}")
+        self.start_code, self.k1, self.b, self.idf_power = STARTS[start], float(k1), float(b), float(idf_power)
+        self.tf_mlp, self.idf_mlp, self.len_mlp = Correction(hidden), Correction(hidden), Correction(hidden)
 
-    @torch.jit.unused
-    def init_tfidf_(self) -> None:
-        """Start f near a tf-idf weight with pivoted length normalization (Singhal et al. 1996):
-        ``log1p(tf) * idf / sqrt(0.25 + 0.75 len/mean len)``, and let SGD refine it. The paper does not
-        say how it initialized; constant factors (a count of shared terms) ignore rarity and score far
-        below BM25 on real text (``bench/linklearn_transfer.py`` prints both starts; docs/linklearn.md)."""
-        u = torch.linspace(math.log(2.0), math.log(1000.0), 64)  # log1p(tf), tf in 1..1000
-        self.tf_mlp.fit_(u, u)
-        idf = torch.linspace(0.0, 15.0, 64)
-        self.idf_mlp.fit_(idf, idf)
-        v = torch.linspace(math.log1p(0.01), math.log1p(20.0), 64)  # log1p(relative length)
-        self.len_mlp.fit_(v, (0.25 + 0.75 * torch.expm1(v)).rsqrt())
+    def start(self, tf: Tensor, idf: Tensor, length: Tensor) -> Tensor:
+        """The untrained weight of each entry, ``[n]``."""
+        if self.start_code == 0:
+            saturation = tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length))
+            return idf.clamp_min(0).pow(self.idf_power) * saturation
+        if self.start_code == 1:
+            return torch.log1p(tf) * idf * torch.rsqrt(0.25 + 0.75 * length)
+        return torch.ones_like(tf)
 
     def forward(self, tf: Tensor, idf: Tensor, length: Tensor) -> Tensor:
-        return self.tf_mlp(torch.log1p(tf)) * self.idf_mlp(idf) * self.len_mlp(torch.log1p(length))
+        log_correction = self.tf_mlp(torch.log1p(tf)) + self.idf_mlp(idf) + self.len_mlp(torch.log1p(length))
+        return self.start(tf, idf, length) * torch.exp(log_correction)
 
     @torch.jit.unused
-    def on_corpus(self, corpus: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """Each factor on the corpus's distinct values (``Corpus.tensors``): ``[U_tf]``, ``[U_idf]``, ``[U_len]``."""
+    def log_corrections(self, corpus: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Each ``log MLP_k`` on the corpus's distinct values: ``[U_tf]``, ``[U_idf]``, ``[U_len]``."""
         return (
-            self.tf_mlp.layers(torch.log1p(corpus["tf_values"]).unsqueeze(-1)).squeeze(-1),
-            self.idf_mlp.layers(corpus["idf_values"].unsqueeze(-1)).squeeze(-1),
-            self.len_mlp.layers(torch.log1p(corpus["length_values"]).unsqueeze(-1)).squeeze(-1),
+            self.tf_mlp.on_values(torch.log1p(corpus["tf_values"])),
+            self.idf_mlp.on_values(corpus["idf_values"]),
+            self.len_mlp.on_values(torch.log1p(corpus["length_values"])),
         )
 
 
-def gather_entries(corpus: dict[str, Tensor], docs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``owner``, ``term``, ``tf``, ``length`` ``[n]`` of the entries of ``docs [P]`` (see ``entry_index``)."""
-    owner, index = entry_index(corpus["offsets"], docs)
-    return owner, corpus["term_ids"][index], corpus["tfs"][index], corpus["lengths"][docs][owner]
-
-
-def entry_weights(model: TermWeight, corpus: dict[str, Tensor], docs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(owner, term, f)`` of the entries of ``docs``: the MLPs run on the corpus's distinct values
-    (a few thousand for 150,000 articles), and every entry gathers its three factors by code."""
-    owner, index = entry_index(corpus["offsets"], docs)
+def entry_weights(
+    model: TermWeight, corpus: dict[str, Tensor], rows: Tensor, *, corrected: bool = True
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(owner, term, f, start)`` ``[n]`` of the entries of ``rows [P]`` of a ``TermFeatures.tensors``
+    dict: the MLPs run on the corpus's distinct values only and every entry gathers its factors by code."""
+    owner, index = entry_index(corpus["offsets"], rows)
     term = corpus["term_ids"][index]
-    tf_factor, idf_factor, length_factor = model.on_corpus(corpus)
-    weight = (
-        tf_factor[corpus["tf_codes"][index]]
-        * idf_factor[corpus["idf_codes"][term]]
-        * length_factor[corpus["length_codes"][docs][owner]]
-    )
-    return owner, term, weight
+    length_code = corpus["length_codes"][rows][owner]
+    start = model.start(corpus["tfs"][index], corpus["idf"][term], corpus["length_values"][length_code])
+    if not corrected:
+        return owner, term, start, start
+    tf_factor, idf_factor, length_factor = model.log_corrections(corpus)
+    log_correction = tf_factor[corpus["tf_codes"][index]] + idf_factor[corpus["idf_codes"][term]]
+    return owner, term, start * torch.exp(log_correction + length_factor[length_code]), start
 
 
 def pair_similarity(
@@ -127,157 +129,247 @@ def pair_similarity(
     """``sim [P]`` of pairs given each side's ``(owner, term, weight)`` entries (sorted by owner, term)."""
     a_key = a[0] * vocabulary_size + a[1]
     b_key = b[0] * vocabulary_size + b[1]
-    if len(a_key) == 0:
-        return torch.zeros(n_pairs, device=a_key.device)
+    if len(a_key) == 0 or len(b_key) == 0:
+        return torch.zeros(n_pairs, device=a_key.device, dtype=a[2].dtype)
     position = torch.searchsorted(a_key, b_key).clamp_max(len(a_key) - 1)
     shared = a_key[position] == b_key
     products = a[2][position[shared]] * b[2][shared]
     return torch.zeros(n_pairs, device=products.device, dtype=products.dtype).index_add(0, b[0][shared], products)
 
 
-class LinkLearnModule(PassLimit, pl.LightningModule):
-    """Trains ``TermWeight`` on (d, l+, l-) triples; validates on the linked-documents retrieval task.
+def weight_matrix(
+    model: TermWeight, corpus: dict[str, Tensor], rows: Tensor, size: int, *, corrected: bool = True
+) -> Tensor:
+    """Sparse COO ``[len(rows), size]`` matrix of term weights ``f`` (or the start's)."""
+    owner, term, weight, _ = entry_weights(model, corpus, rows, corrected=corrected)
+    return sparse_rows(owner, term, weight, (len(rows), size))
 
-    The corpus comes from the datamodule (``trainer.datamodule.corpus``); training batches are
-    ``[B, 3]`` document indices; validation batches are query document indices whose relevant
-    documents are their links among the validation documents (AP, ``val/map``).
+
+class LinkLearnModule(PassLimit, pl.LightningModule):
+    """Trains ``TermWeight`` on ``[B, 3 + K]`` examples ``(query row, d, l+, l-...)``; validates on the
+    linked-documents retrieval task; ranks an ad-hoc collection with itself, its start and BM25.
+
+    Args:
+        task: ``datamodules.wikipedia.LinkTask`` (term features, links, split), from ``model_inputs()``.
+        collection: an ad-hoc ``datamodules.adhoc.Collection`` to rank after training, or None.
+        bm25: ``{"k1": .., "b": ..}`` of the BM25 baseline (validation and collection).
+        hidden: hidden units of each MLP; start, k1, b, idf_power: the start (``TermWeight``).
+        margin: hinge margin relative to the start's sim(q, l+); regularization: weight of the
+            penalty pulling each ``log MLP_k`` to 0; epochs: training passes after the start's epoch 0.
     """
 
     def __init__(
         self,
         *,
+        task: Any = None,
+        collection: Any = None,
+        bm25: dict[str, float] | None = None,
         hidden: int = 8,
-        init: str = "tfidf",
-        margin: float = 1.0,
+        start: str = "bm25",
+        k1: float = 1.2,
+        b: float = 0.75,
+        idf_power: float = 0.75,
+        margin: float = 0.5,
+        regularization: float = 1.0,
         optimizer: Any = None,
         monitor: str = "val/map",
         epochs: int = 10,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer"])
-        self.term_weight = TermWeight(hidden, init=init)
-        self.margin, self.monitor = margin, monitor
+        # plain floats: a Hydra DictConfig in the hyperparameters cannot be unpickled with weights_only
+        bm25 = {"k1": float((bm25 or {}).get("k1", 1.2)), "b": float((bm25 or {}).get("b", 0.75))}
+        self.save_hyperparameters(ignore=["optimizer", "task", "collection"])
+        self.term_weight = TermWeight(hidden, start=start, k1=k1, b=b, idf_power=idf_power)
+        self.margin, self.regularization, self.monitor = margin, regularization, monitor
         self.optimizer_factory = optimizer
-        self.val_map, self.val_map_bm25 = MeanMetric(), MeanMetric()
-        self.bm25_index: Tensor | None = None
+        self.task, self.collection = task, collection
+        self.bm25 = bm25
+        self.val_maps = nn.ModuleList([MeanMetric() for _ in VALIDATION_KINDS])
         self.corpus: dict[str, Tensor] | None = None
-        self.graph: tuple[Tensor, Tensor] | None = None
+        self.baselines: dict[str, float] | None = None  # val MAP of the start and of BM25, computed once
 
-    # -- data ---------------------------------------------------------------------------------
-    def _attach(self) -> None:
-        """Corpus tensors (with the distinct-value codes) and link graph on this device, built once."""
-        if self.corpus is not None and self.corpus["offsets"].device == self.device:
-            return
-        datamodule = self.trainer.datamodule
-        self.corpus = datamodule.corpus.tensors(self.device)
-        self.vocabulary_size = len(datamodule.corpus.vocabulary)
-        self.graph = (datamodule.offsets.to(self.device), datamodule.neighbours.to(self.device))
-        self.bm25_index = None
+    # -- data on the device ---------------------------------------------------------------------
+    def _attach(self) -> dict[str, Tensor]:
+        if self.task is None:
+            raise RuntimeError("LinkLearnModule needs task= (datamodule.model_inputs()) to train or validate")
+        if self.corpus is None or self.corpus["offsets"].device != self.device:
+            self.corpus = self.task.features.tensors(self.device)
+            self.graph = (self.task.offsets.to(self.device), self.task.neighbours.to(self.device))
+        return self.corpus
+
+    @property
+    def vocabulary_size(self) -> int:
+        return len(self.task.features.idf)
 
     def on_fit_start(self) -> None:
-        self.check_passes(self.hparams.epochs)
-        self._attach()
+        self.check_passes(self.hparams.epochs + 1)
 
     def on_train_epoch_end(self) -> None:
-        self.stop_after(self.hparams.epochs)
+        self.stop_after(self.hparams.epochs + 1)
 
-    def on_validation_start(self) -> None:
-        self._attach()
+    # -- training -------------------------------------------------------------------------------
+    def weighted_entries(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(owner, term, f, start)`` of the training rows ``rows [P]`` (distinct-value evaluation)."""
+        return entry_weights(self.term_weight, self._attach(), rows)
 
-    def weighted_entries(self, docs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(owner, term, f)`` of ``docs [P]``, each MLP run on the corpus's distinct values."""
-        assert self.corpus is not None
-        return entry_weights(self.term_weight, self.corpus, docs)
-
-    # -- training -----------------------------------------------------------------------------
-    def training_step(self, triples: Tensor, batch_idx: int) -> Tensor:
-        anchors, positives, negatives = triples.to(self.device).unbind(1)
-        n = len(anchors)
-        owner, term, weight = self.weighted_entries(torch.cat([anchors, positives, negatives]))
-        # one set of MLP evaluations for all 3B documents, then the two sparse intersections
-        parts = [(owner >= i * n) & (owner < (i + 1) * n) for i in range(3)]
-        sides = [(owner[p] - i * n, term[p], weight[p]) for i, p in enumerate(parts)]
-        sim_pos = pair_similarity(sides[0], sides[1], n, self.vocabulary_size)
-        sim_neg = pair_similarity(sides[0], sides[2], n, self.vocabulary_size)
-        loss = linklearn_hinge(sim_pos, sim_neg, margin=self.margin)
+    def training_step(self, examples: Tensor, batch_idx: int) -> Tensor | None:
+        if self.current_epoch == 0:
+            return None  # epoch 0 validates the untrained start (see the module docstring)
+        loss, parts = self.example_loss(examples)
+        n = len(examples)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log("train/violations", (sim_pos - sim_neg < 0).float().mean(), on_epoch=True, batch_size=n)
+        for name, value in parts.items():
+            self.log(f"train/{name}", value, on_epoch=True, batch_size=n)
         return loss
 
-    # -- validation: each validation document is a query, its links the relevant documents ------
-    def on_validation_epoch_start(self) -> None:
-        self.val_docs = self.trainer.datamodule.val_docs.to(self.device)
-        self.val_index = inverted_index(self.document_matrix(self.val_docs))
-        if self.bm25_index is None:  # BM25 has no parameters: one index per attach
-            self.bm25_index = inverted_index(self.bm25_matrix(self.val_docs))
+    def example_loss(self, examples: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Mean hinge over (example, negative) plus the penalty, for ``[B, 3 + K]`` examples."""
+        corpus = self._attach()
+        examples = examples.to(self.device)
+        queries, candidates = examples[:, 0], examples[:, 2:]  # candidates [B, 1 + K]: l+, then the l-
+        n, width = candidates.shape
+        owner, term, weight, start = self.weighted_entries(torch.cat([queries, candidates.T.flatten()]))
+        # rows are the B queries, then column j of the candidates as B rows: each a contiguous run of entries
+        bounds = torch.searchsorted(owner, torch.arange(0, (width + 2) * n, n, device=owner.device)).tolist()
 
-    def bm25_matrix(self, docs: Tensor, *, query: bool = False) -> Tensor:
-        """Sparse ``[P, V]`` Okapi BM25 weights of ``docs`` with the whole corpus's statistics, or with
-        ``query=True`` their term counts (BM25's query side): the baseline of the validation task."""
-        assert self.corpus is not None
-        datamodule = self.trainer.datamodule
-        owner, index = entry_index(self.corpus["offsets"], docs)
-        term, values = self.corpus["term_ids"][index], self.corpus["tfs"][index]
+        def side(block: int, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            run = slice(bounds[block], bounds[block + 1])
+            return owner[run] - block * n, term[run], values[run]
+
+        sims = [pair_similarity(side(0, weight), side(j + 1, weight), n, self.vocabulary_size) for j in range(width)]
+        start_sims = [pair_similarity(side(0, start), side(1, start), n, self.vocabulary_size)]
+        sims_t = torch.stack(sims, 1)  # [B, 1 + K]
+        scale = start_sims[0].detach().clamp_min(1e-6).unsqueeze(1)  # the start's sim(q, l+)
+        relative = sims_t / scale
+        hinge = linklearn_hinge(
+            relative[:, :1].expand(-1, width - 1).flatten(), relative[:, 1:].flatten(), margin=self.margin
+        )
+        penalty = sum(c.square().mean() for c in self.term_weight.log_corrections(corpus))
+        violated = (sims_t[:, :1] - sims_t[:, 1:] < 0).float().mean()
+        return hinge + self.regularization * penalty, {"hinge": hinge, "penalty": penalty, "violations": violated}
+
+    # -- validation: each validation article (or its title, or its lead) is a query, its links relevant
+    def _validation_scores(self, queries: Tensor, kind: int, *, model: str) -> Tensor:
+        corpus, n = self._attach(), self.task.n_docs
+        val_docs = self.task.val_docs.to(self.device)
+        if model == "bm25":
+            matrices = [self._bm25_matrix(val_docs, query=False), self._bm25_matrix(kind * n + queries, query=True)]
+        else:
+            corrected = model == "linklearn"
+            matrices = [
+                weight_matrix(self.term_weight, corpus, rows, self.vocabulary_size, corrected=corrected)
+                for rows in (val_docs, kind * n + queries)
+            ]
+        return rank(inverted_index(matrices[0]), matrices[1])
+
+    def _bm25_matrix(self, rows: Tensor, *, query: bool) -> Tensor:
+        corpus = self._attach()
+        owner, index = entry_index(corpus["offsets"], rows)
+        term, tf = corpus["term_ids"][index], corpus["tfs"][index]
         if not query:
-            idf = torch.as_tensor(bm25_idf(datamodule.corpus), dtype=torch.float32, device=self.device)
-            lengths = self.corpus["lengths"]
-            values = bm25_term_weight(
-                values, lengths[docs][owner], idf[term], lengths.mean(), k1=datamodule.bm25_k1, b=datamodule.bm25_b
-            )
-        return sparse_rows(owner, term, values, (len(docs), self.vocabulary_size))
+            idf = torch.as_tensor(self.task.bm25_idf, device=self.device)[term]
+            length = corpus["lengths"][rows][owner]
+            tf = bm25_term_weight(tf, length, idf, 1.0, k1=self.bm25["k1"], b=self.bm25["b"])
+        return sparse_rows(owner, term, tf.float(), (len(rows), self.vocabulary_size))
 
-    def document_matrix(self, docs: Tensor) -> Tensor:
-        """Sparse COO ``[len(docs), V]`` matrix of term weights ``f``."""
-        with torch.no_grad():
-            owner, term, weight = self.weighted_entries(docs)
-        return sparse_rows(owner, term, weight, (len(docs), self.vocabulary_size))
+    def _average_precision(self, scores: Tensor, queries: Tensor) -> Tensor:
+        val_docs = self.task.val_docs.to(self.device)
+        relevant = csr_contains(*self.graph, queries, val_docs).float()
+        mask = val_docs.unsqueeze(0) != queries.unsqueeze(1)  # an article does not retrieve itself
+        return average_precision(scores, relevant, mask)
 
     def validation_step(self, queries: Tensor, batch_idx: int) -> None:
         queries = queries.to(self.device)
-        relevant = linked_matrix(*self.graph, queries, self.val_docs).float()  # [Q, D_val], on device
-        mask = self.val_docs.unsqueeze(0) != queries.unsqueeze(1)  # a query does not retrieve itself
-        scores = rank(self.val_index, self.document_matrix(queries))
-        self.val_map.update(average_precision(scores, relevant, mask))
-        self.log("val/map", self.val_map, on_epoch=True, prog_bar=True, batch_size=len(queries))
-        bm25 = rank(self.bm25_index, self.bm25_matrix(queries, query=True))
-        self.val_map_bm25.update(average_precision(bm25, relevant, mask))
-        self.log("val/map_bm25", self.val_map_bm25, on_epoch=True, batch_size=len(queries))
+        with torch.no_grad():
+            for kind, metric in enumerate(self.val_maps):
+                metric.update(
+                    self._average_precision(self._validation_scores(queries, kind, model="linklearn"), queries)
+                )
+
+    def on_validation_epoch_end(self) -> None:
+        maps = {name: float(metric.compute()) for name, metric in zip(VALIDATION_KINDS, self.val_maps)}
+        for metric in self.val_maps:
+            metric.reset()
+        if self.baselines is None:
+            self.baselines = self._baselines()
+        for name, value in maps.items():
+            self.log(f"val/map_{name}", value)
+        self.log("val/map", sum(maps.values()) / len(maps), prog_bar=True)
+        for name, value in self.baselines.items():
+            self.log(f"val/{name}", value)
+
+    def _baselines(self) -> dict[str, float]:
+        """Validation MAP (mean over the three query kinds) of the untrained start and of BM25."""
+        queries = self.task.val_queries.to(self.device)
+        out = {}
+        with torch.no_grad():
+            for model in ("start", "bm25"):
+                per_kind = []
+                for kind in VALIDATION_KINDS.values():
+                    ap = torch.cat(
+                        [
+                            self._average_precision(self._validation_scores(chunk, kind, model=model), chunk)
+                            for chunk in queries.split(128)
+                        ]
+                    )
+                    per_kind.append(float(ap.mean()))
+                out[f"map_{model}"] = sum(per_kind) / len(per_kind)
+        return out
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.optimizer_factory is None:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
+            return torch.optim.Adam(self.parameters(), lr=0.01)
         return self.optimizer_factory(params=self.parameters())
 
-    # -- scoring other collections ----------------------------------------------------------------
-    def score_collection(self, documents: Corpus, queries: Corpus) -> Tensor:
-        """``[Q, D]`` similarities; both sides use the documents' idf (queries share their vocabulary)."""
-        device = self.device
-        docs = documents.tensors(device)
-        query = queries.tensors(device, idf=documents.idf())
-        vocabulary = len(documents.vocabulary)
+    # -- scoring other collections --------------------------------------------------------------
+    def score_collection(self, documents: Corpus, queries: Corpus, *, corrected: bool = True) -> Tensor:
+        """``[Q, D]`` similarities (of the start with ``corrected=False``); queries are over the
+        documents' vocabulary and use their idf; their lengths are relative to the queries' mean."""
+        idf = documents.idf()
+        sides = [documents.features(), queries.features(idf=idf)]
         with torch.no_grad():
             matrices = []
-            for corpus in (docs, query):
-                ids = torch.arange(len(corpus["offsets"]) - 1, device=device)
-                owner, term, weight = entry_weights(self.term_weight, corpus, ids)
-                matrices.append(sparse_rows(owner, term, weight, (len(ids), vocabulary)))
+            for features in sides:
+                corpus = features.tensors(self.device)
+                rows = torch.arange(features.n_docs, device=self.device)
+                matrices.append(weight_matrix(self.term_weight, corpus, rows, len(idf), corrected=corrected))
             return rank(inverted_index(matrices[0]), matrices[1])
+
+    def extra_results(self, out_dir: str | Path) -> dict[str, Any]:
+        """``{"adhoc": ...}``: the collection ranked by the trained model, its untrained start and BM25,
+        with run files under ``out_dir/runs`` (empty without a collection). ``rankers.pipeline`` calls it."""
+        if self.collection is None:
+            return {}
+        c = self.collection
+        runs = {
+            "linklearn": self.score_collection(c.documents, c.queries),
+            "start": self.score_collection(c.documents, c.queries, corrected=False),
+            "bm25": bm25_scores(c.documents, c.queries, **self.bm25),
+        }
+        results: dict[str, Any] = evaluate_runs(runs, c.labels, c.query_ids, c.doc_ids, Path(out_dir) / "runs")
+        results["bm25"].update(self.bm25)
+        return {"adhoc": {"statistics": c.statistics, **results}}
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``term_weight.pt`` (TorchScript ``f(tf, idf, len)``) and ``meta.json`` (how to score with it)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        scripted = torch.jit.script(TermWeight(self.hparams.hidden, init="ones"))
-        scripted.load_state_dict(self.term_weight.state_dict())
-        scripted.save(str(out / "term_weight.pt"))
+        hp = self.hparams
+        clone = TermWeight(hp.hidden, start=hp.start, k1=hp.k1, b=hp.b, idf_power=hp.idf_power)
+        clone.load_state_dict(self.term_weight.state_dict())
+        torch.jit.script(clone.cpu().eval()).save(str(out / "term_weight.pt"))
         meta = {
             "model": "linklearn",
             "input": "tf [n], idf [n], length [n] float32 of (document, term) entries -> f [n]",
             "tokenizer": TOKENIZER,
-            "idf": "log(N / df) over the collection being scored",
+            "idf": "log(N / df) over the collection's documents",
             "length": "number of tokens of the document divided by the mean over the collection's documents "
             "(queries: over the queries; a query's own factor does not change its ranking)",
             "similarity": "sum over the terms a query and a document share of f(query entry) * f(document entry)",
+            "start": hp.start,
         }
         (out / "meta.json").write_text(json.dumps(meta, indent=1))
         return {"term_weight": str(out / "term_weight.pt"), "meta": str(out / "meta.json")}
+
+
+__all__ = ["Correction", "LinkLearnModule", "TermWeight", "entry_weights", "pair_similarity", "weight_matrix"]

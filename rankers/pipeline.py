@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from datamodules.adhoc import adhoc_evaluation
 from metrics import monitor_mode, ranking_metrics
 
 log = logging.getLogger(__name__)
@@ -198,11 +197,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
         results["export"] = model.export_model(out / "export")
-    if getattr(datamodule, "adhoc_dir", None) and hasattr(model, "score_collection") and trainer.is_global_zero:
-        results["adhoc"] = adhoc_evaluation(
-            model, datamodule.adhoc_dir, out / "runs", k1=datamodule.bm25_k1, b=datamodule.bm25_b
-        )
-        log.info("ad-hoc: %s", json.dumps({k: results["adhoc"][k] for k in ("linklearn", "bm25")}))
+    # a model may add evaluations of its own (LinkLearn: an ad-hoc collection ranked by it, its start and BM25)
+    extra_results = getattr(model, "extra_results", None)
+    if extra_results is not None and trainer.is_global_zero:
+        results.update(extra_results(out))
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))

@@ -1,0 +1,329 @@
+"""Self-made held-out English ad-hoc collections from text on this machine (never public test collections).
+
+    python bench/linklearn_heldout.py OUT_DIR     # writes OUT_DIR/{man,manv,doc,docv}/{docs,queries,qrels}
+
+``man``: the DESCRIPTION of each installed man page (first 250 words, gcloud pages left out: near
+duplicates) is a document; the NAME line's short description of 300 sampled pages is a query whose
+one relevant document is its page (short keyword-like queries, a known-item task). ``doc``: the same
+from Python docstrings (summary line -> the docstring's body) of the stdlib, numpy, scipy, sklearn
+and torch. ``manv`` / ``docv``: verbose variants, the first sentence of the relevant document is the
+query and is removed from the document (sentence-long queries full of stop words, like the queries
+of classic test collections). Used to choose LinkLearn's defaults (docs/linklearn.md).
+"""
+
+import gzip
+import importlib
+import inspect
+import random
+import re
+import sys
+from pathlib import Path
+
+
+def roff_to_text(src):
+    out = []
+    for line in src.splitlines():
+        if line.startswith(('.\\"', "'\\\"")):
+            continue
+        if line.startswith("."):
+            parts = line.split(None, 1)
+            macro = parts[0][1:]
+            if macro in (
+                "SH",
+                "SS",
+                "B",
+                "I",
+                "BR",
+                "IR",
+                "RB",
+                "RI",
+                "BI",
+                "IB",
+                "TP",
+                "IP",
+                "PP",
+                "P",
+                "LP",
+                "Nm",
+                "Nd",
+                "Sh",
+                "It",
+                "Xr",
+                "Fl",
+                "Ar",
+                "Pa",
+            ):
+                line = parts[1] if len(parts) > 1 else ""
+                line = "\n@@" + line if macro in ("SH", "Sh") else line
+            else:
+                continue
+        out.append(line)
+    text = "\n".join(out)
+    text = re.sub(r"\\f[BIRPC]|\\f\(..|\\f\[[^\]]*\]", "", text)
+    text = re.sub(r"\\\(..|\\\*\(..|\\\*.|\\\[[^\]]*\]", " ", text)
+    text = text.replace("\\-", "-").replace("\\&", "").replace("\\e", "\\").replace("\\ ", " ").replace("\\c", "")
+    text = re.sub(r"\\.", " ", text)
+    return text
+
+
+def sections(text):
+    secs = {}
+    for chunk in text.split("\n@@")[1:]:
+        head, _, body = chunk.partition("\n")
+        secs[head.strip().strip('"').upper()] = body
+    return secs
+
+
+def manpages(out, n_queries=300, max_words=250, seed=0):
+    docs, names = {}, {}
+    for sec in ("1", "3", "5", "7", "8"):
+        for path in sorted(Path(f"/usr/share/man/man{sec}").glob("*.gz")):
+            try:
+                text = roff_to_text(gzip.decompress(path.read_bytes()).decode(errors="replace"))
+            except Exception:
+                continue
+            s = sections(text)
+            name = " ".join(s.get("NAME", "").split())
+            desc = " ".join(s.get("DESCRIPTION", "").split()[:max_words])
+            m = re.match(r"(.+?)\s+-+\s+(.+)", name)
+            if not m or len(desc.split()) < 30:
+                continue
+            key = path.name.removesuffix(".gz")
+            if key.startswith("gcloud"):
+                continue
+            docs[key] = desc
+            names[key] = m.group(2)
+    rng = random.Random(seed)
+    keys = sorted(docs)
+    qkeys = rng.sample(keys, n_queries)
+    write(out, docs, {k: names[k] for k in qkeys}, {k: {k: 1} for k in qkeys})
+
+
+def docstrings(out, n_queries=300, seed=0):
+    docs, summ = {}, {}
+    mods = [
+        "numpy",
+        "scipy.stats",
+        "scipy.linalg",
+        "scipy.signal",
+        "scipy.optimize",
+        "scipy.sparse",
+        "scipy.special",
+        "scipy.interpolate",
+        "scipy.integrate",
+        "scipy.spatial",
+        "scipy.ndimage",
+        "sklearn.metrics",
+        "sklearn.linear_model",
+        "sklearn.ensemble",
+        "sklearn.cluster",
+        "sklearn.decomposition",
+        "sklearn.preprocessing",
+        "sklearn.model_selection",
+        "sklearn.feature_extraction.text",
+        "sklearn.neighbors",
+        "sklearn.svm",
+        "sklearn.tree",
+        "os",
+        "os.path",
+        "shutil",
+        "subprocess",
+        "json",
+        "csv",
+        "re",
+        "string",
+        "textwrap",
+        "collections",
+        "itertools",
+        "functools",
+        "datetime",
+        "calendar",
+        "math",
+        "statistics",
+        "random",
+        "socket",
+        "ssl",
+        "http.client",
+        "urllib.parse",
+        "email",
+        "smtplib",
+        "ftplib",
+        "zipfile",
+        "tarfile",
+        "gzip",
+        "bz2",
+        "sqlite3",
+        "threading",
+        "multiprocessing",
+        "asyncio",
+        "logging",
+        "argparse",
+        "unittest",
+        "doctest",
+        "pdb",
+        "inspect",
+        "ast",
+        "tokenize",
+        "locale",
+        "gettext",
+        "decimal",
+        "fractions",
+        "heapq",
+        "bisect",
+        "array",
+        "struct",
+        "codecs",
+        "io",
+        "tempfile",
+        "glob",
+        "fnmatch",
+        "pathlib",
+        "pickle",
+        "shelve",
+        "copy",
+        "pprint",
+        "xml.dom.minidom",
+        "xml.etree.ElementTree",
+        "html.parser",
+        "mailbox",
+        "imaplib",
+        "poplib",
+        "uuid",
+        "hashlib",
+        "hmac",
+        "secrets",
+        "base64",
+        "binascii",
+        "quopri",
+        "wave",
+        "colorsys",
+        "turtle",
+        "tkinter",
+        "curses",
+        "platform",
+        "sysconfig",
+        "signal",
+        "select",
+        "selectors",
+        "mmap",
+        "ctypes",
+        "concurrent.futures",
+        "queue",
+        "sched",
+        "contextlib",
+        "abc",
+        "typing",
+        "dataclasses",
+        "enum",
+        "numbers",
+        "cmath",
+        "operator",
+        "weakref",
+        "types",
+        "gc",
+        "traceback",
+        "warnings",
+        "timeit",
+        "trace",
+        "cProfile",
+        "pstats",
+        "difflib",
+        "unicodedata",
+        "stringprep",
+        "readline",
+        "rlcompleter",
+        "zlib",
+        "lzma",
+        "configparser",
+        "netrc",
+        "plistlib",
+        "getpass",
+        "telnetlib",
+        "webbrowser",
+        "wsgiref.util",
+        "http.server",
+        "http.cookies",
+        "urllib.request",
+        "ipaddress",
+        "graphlib",
+        "zoneinfo",
+        "torch",
+        "torch.nn.functional",
+    ]
+    seen = set()
+    for modname in mods:
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:
+            continue
+        for name, obj in vars(mod).items():
+            if name.startswith("_") or id(obj) in seen:
+                continue
+            if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+                continue
+            seen.add(id(obj))
+            doc = inspect.getdoc(obj) or ""
+            paras = doc.strip().split("\n\n")
+            if len(paras) < 2:
+                continue
+            head = " ".join(paras[0].split())
+            body = []
+            for p in paras[1:]:
+                if re.match(
+                    r"\s*(Parameters|Returns|Examples|See Also|Notes|References|Args|Raises|Attributes|Yields|\.\. )", p
+                ):
+                    break
+                body.append(" ".join(p.split()))
+            body = " ".join(body)
+            if len(body.split()) < 25 or len(head.split()) < 3 or "(" in head[: len(name) + 2]:
+                continue
+            key = f"{modname}.{name}"
+            docs[key] = " ".join(body.split()[:250])
+            summ[key] = head
+    rng = random.Random(seed)
+    keys = sorted(docs)
+    qkeys = rng.sample(keys, min(n_queries, len(keys)))
+    write(out, docs, {k: summ[k] for k in qkeys}, {k: {k: 1} for k in qkeys})
+
+
+def clean(text):
+    return " ".join(text.replace("\t", " ").split())
+
+
+def write(out, docs, queries, qrels):
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "docs.tsv").write_text("".join(f"{k}\t{clean(v)}\n" for k, v in docs.items()))
+    (out / "queries.tsv").write_text("".join(f"q_{k}\t{clean(v)}\n" for k, v in queries.items()))
+    (out / "qrels.txt").write_text("".join(f"q_{q} 0 {d} {r}\n" for q, rel in qrels.items() for d, r in rel.items()))
+    print(out, len(docs), "docs", len(queries), "queries")
+
+
+def verbose_variant(src, out, seed=0):
+    """Query = the first sentence of the relevant document's text (removed from it) + the short query."""
+    src, out = Path(src), Path(out)
+    docs = dict(line.split("\t", 1) for line in (src / "docs.tsv").read_text().splitlines())
+    qrels = {}
+    for line in (src / "qrels.txt").read_text().splitlines():
+        q, _, d, r = line.split()
+        qrels.setdefault(q, {})[d] = int(r)
+    newq = {}
+    for q, rel in qrels.items():
+        d = next(iter(rel))
+        sents = re.split(r"(?<=[.!?])\s+", docs[d], maxsplit=1)
+        if len(sents) < 2 or len(sents[1].split()) < 20:
+            continue
+        newq[q[2:]] = sents[0]
+        docs[d] = sents[1]
+    write(out, docs, newq, {q: qrels["q_" + q] for q in newq})
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "heldout")
+    manpages(target / "man")
+    docstrings(target / "doc")
+    verbose_variant(target / "man", target / "manv")
+    verbose_variant(target / "doc", target / "docv")

@@ -1,0 +1,162 @@
+"""A dump as a hyperlinked corpus: term statistics, pseudo-queries, the link graph, and a parse cache.
+
+One streaming pass keeps, per main-namespace article, its bag of words, two short pseudo-queries
+(its title and its lead sentence, over the same vocabulary) and its link targets; never its text.
+Links are resolved through redirects (up to 5 hops) into an undirected graph between articles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from datamodules.wikipedia.dump import WikipediaFormatError, iter_pages
+from datamodules.wikipedia.markup import MarkupStripper, normalize_title
+from retrieval.terms import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
+
+CACHE_VERSION = 3
+SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+LEAD_TOKENS = 40  # a lead sentence longer than this is cut: a pseudo-query stays short
+
+
+@dataclass
+class LinkedCorpus:
+    """Articles as term statistics, their pseudo-queries and the undirected link graph ``edges [E, 2]`` (i < j).
+
+    ``titles`` and ``leads`` are corpora over ``corpus.vocabulary`` with one row per article.
+    """
+
+    corpus: Corpus
+    titles: Corpus
+    leads: Corpus
+    names: list[str]
+    edges: np.ndarray
+    statistics: dict[str, int]
+
+
+def lead_sentence(text: str) -> str:
+    """The first sentence of stripped article text (at most ``LEAD_TOKENS`` tokens are used)."""
+    text = text.strip()
+    end = SENTENCE_END.search(text)
+    return text[: end.end()] if end else text
+
+
+def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCorpus:
+    """Stream the dump once: tokens, title and lead sentence per article, link targets, redirects;
+    then resolve the links. Counts of what was kept and skipped are in ``statistics``."""
+    builder, titles, leads = CorpusBuilder(), CorpusBuilder(), CorpusBuilder()
+    titles.vocabulary = leads.vocabulary = builder.vocabulary  # one growing vocabulary for all three
+    names: list[str] = []
+    targets: list[list[str]] = []
+    redirects: dict[str, str] = {}
+    stripper = MarkupStripper(set())
+    counts = {"pages": 0, "other_namespaces": 0, "redirects": 0, "articles": 0, "articles_beyond_max": 0}
+    for item in iter_pages(path):
+        if isinstance(item, set):
+            stripper = MarkupStripper(item)
+            continue
+        counts["pages"] += 1
+        if item.namespace != 0:
+            counts["other_namespaces"] += 1
+        elif item.redirect is not None:
+            redirects[normalize_title(item.title)] = normalize_title(item.redirect)
+            counts["redirects"] += 1
+        elif max_articles is not None and len(names) >= max_articles:
+            counts["articles_beyond_max"] += 1
+        else:
+            names.append(normalize_title(item.title))
+            targets.append(stripper.links(item.text))
+            text = stripper.strip(item.text)
+            builder.add(tokenize(text))
+            titles.add(tokenize(item.title))
+            leads.add(tokenize(lead_sentence(text))[:LEAD_TOKENS])
+    counts["articles"] = len(names)
+    if not names:
+        raise WikipediaFormatError(f"{path}: no main-namespace articles")
+    edges, link_counts = resolve_links(names, targets, redirects)
+    counts.update(link_counts)
+    if len(edges) == 0:
+        raise WikipediaFormatError(f"{path}: no links between its {len(names)} articles")
+    size = len(builder.vocabulary)
+    return LinkedCorpus(builder.build(), titles.build(size), leads.build(size), names, edges, counts)
+
+
+def resolve_links(
+    titles: list[str], targets: list[list[str]], redirects: dict[str, str]
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Undirected edges ``[E, 2]`` (i < j, sorted) between articles, following redirect chains (up to 5 hops)."""
+    index = {title: i for i, title in enumerate(titles)}
+    pairs = set()
+    counts = {"links": 0, "links_via_redirect": 0, "links_outside_corpus": 0, "self_links": 0}
+    for source, links in enumerate(targets):
+        for target in links:
+            counts["links"] += 1
+            hops = 0
+            while target in redirects and target not in index and hops < 5:
+                target, hops = redirects[target], hops + 1
+            destination = index.get(target)
+            if destination is None:
+                counts["links_outside_corpus"] += 1
+            elif destination == source:
+                counts["self_links"] += 1
+            else:
+                counts["links_via_redirect"] += hops > 0
+                pairs.add((min(source, destination), max(source, destination)))
+    edges = np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
+    counts["edges"] = len(edges)
+    return edges, counts
+
+
+def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None) -> LinkedCorpus:
+    """``parse_dump`` with a cache keyed by the file's path, size, mtime, the parse options and the tokenizer."""
+    path = Path(path)
+    if cache_dir is None:
+        return parse_dump(path, max_articles=max_articles)
+    if not path.is_file():
+        raise WikipediaFormatError(f"{path}: no such file")
+    stat = path.stat()
+    key = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, max_articles, CACHE_VERSION, TOKENIZER])
+    cached = Path(cache_dir) / f"{path.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
+    if cached.exists():
+        return _load(cached)
+    linked = parse_dump(path, max_articles=max_articles)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(cached.name + ".partial.npz")
+    extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
+    extra["names"] = np.frombuffer("\n".join(linked.names).encode(), np.uint8)
+    for name, queries in (("titles", linked.titles), ("leads", linked.leads)):
+        extra.update({f"{name}_offsets": queries.offsets, f"{name}_term_ids": queries.term_ids})
+        extra.update({f"{name}_tfs": queries.tfs, f"{name}_lengths": queries.lengths})
+    save_corpus(partial, linked.corpus, **extra)
+    partial.rename(cached)  # atomic: a killed run leaves no half-written cache
+    return linked
+
+
+def _load(cached: Path) -> LinkedCorpus:
+    corpus, extra = load_corpus(cached)
+    queries = {
+        name: Corpus(
+            extra[f"{name}_offsets"],
+            extra[f"{name}_term_ids"],
+            extra[f"{name}_tfs"],
+            extra[f"{name}_lengths"],
+            corpus.vocabulary,
+        )
+        for name in ("titles", "leads")
+    }
+    return LinkedCorpus(
+        corpus,
+        queries["titles"],
+        queries["leads"],
+        extra["names"].tobytes().decode().split("\n"),
+        extra["edges"],
+        json.loads(extra["statistics"].tobytes().decode()),
+    )
+
+
+__all__ = ["LinkedCorpus", "lead_sentence", "load_or_parse", "parse_dump", "resolve_links"]
