@@ -15,6 +15,7 @@ from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
+from rankers.scorers import member_scores
 
 
 def check_loss(loss: Callable[..., Tensor]) -> None:
@@ -125,12 +126,22 @@ class RankerModule(pl.LightningModule):
         return self.scorer(self.normalizer(features, mask))
 
     def model_step(self, batch: Batch) -> tuple[Tensor, Tensor]:
-        scores = self(batch["features"], batch["mask"])
-        return self.loss_fn(scores, batch["labels"], batch["mask"]), scores
+        """The loss and the scores ``[B, L]`` of a batch."""
+        return self._scored_loss(batch["features"], batch["labels"], batch["mask"])
+
+    def _scored_loss(self, features: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Loss and scores; what ``compile`` compiles. An ensemble scorer's K members are stacked
+        along the batch (``[K * B, L]``), so each member trains on its own loss, whatever the loss;
+        the scores are the members' mean."""
+        members = member_scores(self.scorer, self.normalizer(features, mask))  # [B, L, K]
+        k = members.shape[-1]
+        stacked = members.movedim(-1, 0).reshape(k * members.shape[0], members.shape[1])
+        loss = self.loss_fn(stacked, labels.repeat(k, 1), mask.repeat(k, 1))
+        return loss, members.mean(-1)
 
     def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
-        """The training loss of a batch: what ``compile`` compiles (forward and backward)."""
-        return self.loss_fn(self(features, mask), labels, mask)
+        """The training loss of a batch (forward and backward)."""
+        return self._scored_loss(features, labels, mask)[0]
 
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model

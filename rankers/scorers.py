@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import deepcopy
 
+import torch
 from torch import Tensor, nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
@@ -20,11 +22,23 @@ class LinearScorer(nn.Module):
         return self.linear(features).squeeze(-1)
 
 
+def member_scores(scorer: nn.Module, features: Tensor) -> Tensor:
+    """Each ensemble member's scores ``[..., K]`` of ``features [..., F]`` (``K = 1`` for a plain scorer)."""
+    members = getattr(scorer, "member_scores", None)
+    return members(features) if members is not None else scorer(features).unsqueeze(-1)
+
+
 class MLPScorer(nn.Module):
     """Feed-forward scorer: ``[Linear -> norm -> activation -> dropout] * len(hidden) -> Linear``.
 
     ``norm`` is ``"none"`` or ``"layer"``. Batch norm is not offered: its batch statistics would
     mix padded documents into real ones.
+
+    ``members=K > 1`` makes a seed ensemble in one module: K networks with their own
+    initialization, each trained on its own loss over the same batches (``member_scores``; the
+    ranker stacks the members along the batch), scored by the mean of their scores (``forward``,
+    hence evaluation and the export). An ensemble of K independently trained networks, for the
+    price of one run.
     """
 
     def __init__(
@@ -35,8 +49,11 @@ class MLPScorer(nn.Module):
         dropout: float = 0.0,
         norm: str = "none",
         activation: str = "relu",
+        members: int = 1,
     ) -> None:
         super().__init__()
+        if members < 1:
+            raise ValueError(f"members must be >= 1, got {members}")
         if norm not in ("none", "layer"):
             raise ValueError(f"norm must be 'none' or 'layer', got {norm!r}")
         if activation not in ACTIVATIONS:
@@ -53,6 +70,25 @@ class MLPScorer(nn.Module):
             width = size
         layers.append(nn.Linear(width, 1))
         self.layers = nn.Sequential(*layers)
+        # members beyond the first: deep copies re-initialized, so each has its own starting point
+        self.others = nn.ModuleList(_reinitialized(self.layers) for _ in range(members - 1))
+
+    def member_scores(self, features: Tensor) -> Tensor:
+        """``[..., K]``: every member's scores."""
+        scores = [self.layers(features)]
+        for member in self.others:  # a loop, not a generator: TorchScript compiles this
+            scores.append(member(features))
+        return torch.cat(scores, -1)
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.layers(features).squeeze(-1)
+        if len(self.others) == 0:
+            return self.layers(features).squeeze(-1)
+        return self.member_scores(features).mean(-1)
+
+
+def _reinitialized(layers: nn.Sequential) -> nn.Sequential:
+    copy = deepcopy(layers)
+    for layer in copy.modules():
+        if isinstance(layer, nn.Linear | nn.LayerNorm):
+            layer.reset_parameters()
+    return copy
