@@ -1,4 +1,4 @@
-"""Shared plumbing of the pairwise losses: float32 inputs, reductions, row chunking."""
+"""Shared plumbing of the losses: float32 inputs, padding, reductions, row chunking."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from metrics.ranking import prepare
+
 Reduction = Literal["mean", "sum", "none"]
 
 # Elements of one [B, rows, L] pairwise block; bounds the memory of every pairwise loss.
@@ -15,20 +17,25 @@ PAIR_BLOCK_ELEMENTS = 1 << 18
 
 
 def as_float32(scores: Tensor, labels: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Validate shapes, fill a missing mask and zero padded labels; ``[B, L]`` in and out.
+    """Validate shapes, fill a missing mask, and zero padded scores and labels; ``[B, L]`` in and out.
 
-    Scores stay attached to the graph (``.float()`` is differentiable), so gradients reach bf16 or
-    fp16 scores of an autocast region while the loss math runs in float32.
+    Scores stay attached to the graph (``.to`` and ``masked_fill`` are differentiable, and the
+    gradient at padding is exactly 0), so gradients reach bf16 or fp16 scores of an autocast region
+    while the loss math runs in float32; NaN or inf in padding never reaches a value or a gradient.
     """
-    if scores.dim() != 2 or scores.shape != labels.shape:
-        raise ValueError(f"scores {tuple(scores.shape)} and labels {tuple(labels.shape)} must both be [B, L]")
-    if mask is None:
-        mask = torch.ones_like(labels, dtype=torch.bool)
-    elif mask.shape != labels.shape:
-        raise ValueError(f"mask {tuple(mask.shape)} and labels {tuple(labels.shape)} differ")
-    mask = mask.bool()
-    dtype = compute_dtype(scores)
-    return scores.to(dtype), labels.to(dtype).masked_fill(~mask, 0.0), mask
+    return prepare(scores, labels, mask, dtype=compute_dtype(scores))
+
+
+def informative(labels: Tensor, mask: Tensor) -> Tensor:
+    """``[B]`` bool: the list has two real documents with different labels (else it gives 0 loss).
+
+    Args: labels, mask ``[B, L]`` (labels of padding already zeroed or anything: they are masked).
+    """
+    if labels.shape[-1] == 0:
+        return mask.any(-1)
+    high = labels.masked_fill(~mask, float("-inf")).amax(-1)
+    low = labels.masked_fill(~mask, float("inf")).amin(-1)
+    return high > low
 
 
 def compute_dtype(scores: Tensor) -> torch.dtype:

@@ -1,29 +1,13 @@
-"""The piecewise margin lambda-function of Burges' NIPS'05 LambdaRank paper (eqs. 4-9)."""
+"""The piecewise margin lambda-function of Burges' NIPS'05 LambdaRank paper (eqs. 4-9), on the pairwise scaffold."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from losses._common import Reduction, as_float32, no_autocast, reduce
+from losses._common import Reduction
+from losses.pairwise import margin_lambda_function, margin_pair, margin_pair_cost, pairwise_gradient, pairwise_loss
 
-
-def _pair_terms(scores: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """``x_ij = s_i - s_j`` and the mask of pairs with ``label_i > label_j``, both ``[B, L, L]``."""
-    pair_mask = mask[:, :, None] & mask[:, None, :]
-    better = pair_mask & (labels[:, :, None] > labels[:, None, :])
-    return scores[:, :, None] - scores[:, None, :], better
-
-
-def margin_lambda_function(x: Tensor, delta: float) -> Tensor:
-    """Eqs. 4-6: 1 for ``x < 0``, ``delta - x`` on ``[0, delta]``, 0 beyond. Same shape as x."""
-    return torch.where(x < 0, torch.ones_like(x), (delta - x).clamp_min(0.0))
-
-
-def margin_pair_cost(x: Tensor, delta: float) -> Tensor:
-    """Eqs. 7-9: ``-x`` for ``x < 0``, ``x^2/2 - delta x`` on ``[0, delta]``, ``-delta^2/2`` beyond."""
-    inside = 0.5 * x.square() - delta * x
-    return torch.where(x < 0, -x, torch.where(x <= delta, inside, torch.full_like(x, -0.5 * delta**2)))
+__all__ = ["margin_cost", "margin_lambda_function", "margin_lambdas", "margin_pair_cost"]
 
 
 def margin_lambdas(scores: Tensor, labels: Tensor, mask: Tensor | None = None, *, delta: float = 1.0) -> Tensor:
@@ -31,14 +15,16 @@ def margin_lambdas(scores: Tensor, labels: Tensor, mask: Tensor | None = None, *
 
     ``lam`` is eqs. 4-6 with ``x_ij = s_i - s_j``. Differentiable, so its Jacobian (eq. 11) can be
     taken with autograd; it is symmetric because each pair term depends on ``s_i - s_j`` only.
+    Memory is ``O(B * rows * L)`` per chunk of the pair matrix.
 
     Args: scores, labels, mask ``[B, L]``; ``delta`` the margin. Returns ``[B, L]``.
+
+    Example:
+        >>> import torch
+        >>> margin_lambdas(torch.tensor([[0.25, 0.0]]), torch.tensor([[1.0, 0.0]]), delta=1.0)
+        tensor([[ 0.7500, -0.7500]])
     """
-    scores, labels, mask = as_float32(scores, labels, mask)
-    with no_autocast(scores.device):
-        x, better = _pair_terms(scores, labels, mask)
-        pair_lambda = margin_lambda_function(x, delta) * better
-        return pair_lambda.sum(2) - pair_lambda.sum(1)
+    return -pairwise_gradient(scores, labels, mask, pair_fn=margin_pair(delta), differentiable=True)
 
 
 def margin_cost(
@@ -52,13 +38,9 @@ def margin_cost(
     """Cost of eqs. 7-9 summed over pairs with ``label_i > label_j``; ``-grad = margin_lambdas``.
 
     As in the paper, a pair ordered correctly by more than ``delta`` costs ``-delta^2/2`` (the
-    minimum), not 0.
+    minimum), not 0. Pairs are chunked like every pairwise loss (``pairwise_loss``).
 
     Args: scores, labels, mask ``[B, L]``; ``delta``; ``reduction`` ``"sum"``, ``"mean"`` (over
     queries) or ``"none"`` (``[B]``). Returns a scalar or ``[B]``.
     """
-    scores, labels, mask = as_float32(scores, labels, mask)
-    with no_autocast(scores.device):
-        x, better = _pair_terms(scores, labels, mask)
-        per_query = (margin_pair_cost(x, delta) * better).sum((1, 2))
-    return reduce(per_query, reduction, scores.shape[0])
+    return pairwise_loss(scores, labels, mask, pair_fn=margin_pair(delta), reduction=reduction)

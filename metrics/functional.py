@@ -21,22 +21,24 @@ Conventions, the same for every metric here:
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
-Gain = Literal["exp2", "linear"]
+from metrics.ranking import Gain, discounts, gains, ideal_dcg, prepare, ranks_of, sort_by_scores
 
 __all__ = [
     "average_precision",
     "dcg",
+    "discounts",
+    "gains",
+    "ideal_dcg",
     "kpartite_error",
     "ndcg",
     "pairwise_error",
     "precision",
     "r_precision",
     "rank_loss",
+    "ranks_of",
     "reciprocal_rank",
     "sort_by_scores",
     "winner_takes_all",
@@ -44,33 +46,8 @@ __all__ = [
 
 
 def _prepare(scores: Tensor, labels: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Cast to float32 and build a full mask; shapes ``[B, L]`` in and out."""
-    if scores.shape != labels.shape:
-        raise ValueError(f"scores {tuple(scores.shape)} and labels {tuple(labels.shape)} differ")
-    if mask is None:
-        mask = torch.ones_like(labels, dtype=torch.bool)
-    elif mask.shape != labels.shape:
-        raise ValueError(f"mask {tuple(mask.shape)} and labels {tuple(labels.shape)} differ")
-    mask = mask.bool()
-    return scores.float(), labels.float().masked_fill(~mask, 0.0), mask
-
-
-def sort_by_scores(scores: Tensor, mask: Tensor) -> Tensor:
-    """Ranking permutation ``[B, L]``: descending score, ties by position, padding last.
-
-    Two stable sorts: by score, then by the mask, so that a real document scored ``-inf`` still
-    ranks before padding.
-    """
-    order = torch.sort(scores.detach(), dim=-1, descending=True, stable=True).indices
-    real_first = torch.sort(mask.gather(-1, order).to(torch.int8), dim=-1, descending=True, stable=True)
-    return order.gather(-1, real_first.indices)
-
-
-def ranks_of(scores: Tensor, mask: Tensor) -> Tensor:
-    """0-based rank of each document ``[B, L]`` under ``sort_by_scores``, in list order."""
-    order = sort_by_scores(scores, mask)
-    arange = torch.arange(order.shape[-1], device=order.device).expand_as(order)
-    return torch.empty_like(order).scatter_(-1, order, arange)
+    """float32 ``[B, L]`` with a full mask; padded scores and labels become 0 (NaN/inf there never count)."""
+    return prepare(scores, labels, mask)
 
 
 def _ranked(scores: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -87,21 +64,6 @@ def _cutoff(mask_ranked: Tensor, k: int | None) -> Tensor:
         raise ValueError(f"k must be >= 1, got {k}")
     positions = torch.arange(mask_ranked.shape[-1], device=mask_ranked.device)
     return mask_ranked & (positions < k)
-
-
-def gains(labels: Tensor, gain: Gain) -> Tensor:
-    """Gain of each label: ``2**rel - 1`` or ``rel``; same shape as ``labels``."""
-    if gain == "exp2":
-        return torch.exp2(labels) - 1.0
-    if gain == "linear":
-        return labels
-    raise ValueError(f"gain must be 'exp2' or 'linear', got {gain!r}")
-
-
-def discounts(length: int, device: torch.device) -> Tensor:
-    """``1 / log2(2 + position)`` for 0-based positions, ``[length]``."""
-    positions = torch.arange(length, device=device, dtype=torch.float32)
-    return 1.0 / torch.log2(positions + 2.0)
 
 
 def _dcg_ranked(labels_ranked: Tensor, valid: Tensor, gain: Gain) -> Tensor:
@@ -131,13 +93,6 @@ def dcg(
     """
     scores, labels, mask = _prepare(scores, labels, mask)
     labels_ranked, mask_ranked = _ranked(scores, labels, mask)
-    return _dcg_ranked(labels_ranked, _cutoff(mask_ranked, k), gain)
-
-
-def ideal_dcg(labels: Tensor, mask: Tensor, *, k: int | None = None, gain: Gain = "exp2") -> Tensor:
-    """DCG at ``k`` of the best ordering of each list: labels ``[B, L]`` -> ``[B]``."""
-    ideal_scores = labels.float().masked_fill(~mask, float("-inf"))
-    labels_ranked, mask_ranked = _ranked(ideal_scores, labels.float().masked_fill(~mask, 0.0), mask)
     return _dcg_ranked(labels_ranked, _cutoff(mask_ranked, k), gain)
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import losses.lambdarank as lambdarank_module
+import losses.pairwise as lambdarank_module
 from losses import lambdarank_loss, lambdas, linklearn_hinge, margin_cost, margin_lambdas, ranknet_loss
 
 
