@@ -43,7 +43,7 @@ def ranknet_loss(
     Example:
         >>> import torch
         >>> ranknet_loss(torch.tensor([[0.0, 0.0, 2.0]]), torch.tensor([[1.0, 0.0, 0.0]]))  # (log 2 + softplus(2)) / 2
-        tensor(1.4152)
+        tensor(1.4100)
     """
     return pairwise_loss(
         scores,
