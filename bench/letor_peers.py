@@ -1,6 +1,7 @@
 """Where each ranker stands on your LETOR files: our models next to LightGBM and XGBoost, trec_eval metrics.
 
-    python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt
+    python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt   # every model of ours
+    python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt --models listnet lambdaloss
     python bench/letor_peers.py --train train.txt --folds 5      # cross-validation inside one file
     python bench/letor_peers.py --train T --test X --models lambdarank ranknet --peers lightgbm \\
         --override model.scorer.hidden=[256,128] --seeds 0 1 2
@@ -39,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._timing import machine
 from datamodules.letor_io import LetorData, read_letor, write_letor
 
+# every gradient-trained model of ours (conf/model/<name>.yaml), the default of --models
+GRADIENT_MODELS = ["ranknet", "lambdarank", "listnet", "listmle", "approxndcg", "neuralndcg", "lambdaloss"]
 MEASURES = {"ndcg_cut_10": "ndcg@10", "ndcg_cut_5": "ndcg@5", "map": "map", "P_10": "P@10"}
 Split = dict[str, LetorData]
 
@@ -187,7 +190,7 @@ def main() -> None:
     parser.add_argument("--val")
     parser.add_argument("--test", help="required unless --folds")
     parser.add_argument("--folds", type=int, default=0, help="cross-validate inside --train instead")
-    parser.add_argument("--models", nargs="*", default=["ranknet", "lambdarank"])
+    parser.add_argument("--models", nargs="*", default=GRADIENT_MODELS, help="conf/model names of ours")
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for our models")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0])
