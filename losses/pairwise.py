@@ -173,24 +173,37 @@ def pairwise_sums(
     count = s.new_zeros(batch)
     grad = torch.zeros_like(s)
     cols = torch.arange(length, device=scores.device)
+    if not ranked and targets is None:
+        # Every ordered pair with label_i > label_j is visited once, in its favourable orientation.
+        # Padding holds -inf as the better side and +inf as the worse side, so one comparison gives
+        # the valid pairs (cheaper than combining three boolean masks).
+        better = y.masked_fill(~m, float("-inf"))
+        worse = y.masked_fill(~m, float("inf"))
     for start, stop in row_chunks(batch, top, length):
-        rows = torch.arange(start, stop, device=scores.device)
-        pair = (cols[None, :] > rows[:, None]) & m[:, start:stop, None] & m[:, None, :]
         diff = s[:, start:stop, None] - s[:, None, :]
-        if targets is None:
-            pair = pair & (y[:, start:stop, None] != y[:, None, :])
-            # +1 when the row document is the more relevant one: x is then the margin in its favour
-            slope_sign = torch.sign(y[:, start:stop, None] - y[:, None, :]) * sigma
-            value, slope = pair_fn(diff * slope_sign, None)
-        else:
+        if not ranked and targets is None:
+            weight = (better[:, start:stop, None] > worse[:, None, :]).to(s.dtype)
+            value, slope = pair_fn(diff * sigma if sigma != 1.0 else diff, None)
             slope_sign = sigma
-            value, slope = pair_fn(diff * sigma, targets[:, start:stop, :].to(s.dtype))
-        weight = pair.to(s.dtype)
+        else:
+            rows = torch.arange(start, stop, device=scores.device)
+            pair = (cols[None, :] > rows[:, None]) & m[:, start:stop, None] & m[:, None, :]  # each pair once
+            if targets is None:
+                # +1 when the row document is the more relevant one (x is then the margin in its favour),
+                # 0 for equal labels, which drops the pair
+                slope_sign = torch.sign(y[:, start:stop, None] - y[:, None, :]) * pair
+                weight = slope_sign.abs()
+                slope_sign = slope_sign * sigma if sigma != 1.0 else slope_sign
+                value, slope = pair_fn(diff * slope_sign, None)
+            else:
+                weight = pair.to(s.dtype)
+                slope_sign = sigma
+                value, slope = pair_fn(diff * sigma, targets[:, start:stop, :].to(s.dtype))
+        count = count + weight.sum((1, 2))  # 0/1 pair indicators until a lambda weight multiplies them
         if ranked:
             block = PairBlock(rows, cols, gain_sorted[:, start:stop], gain_sorted, inverse_ideal, discount, discount_k)
             weight = lambdaweight_fn(block) * weight
         cost = cost + (value * weight).sum((1, 2))
-        count = count + pair.sum((1, 2)).to(s.dtype)
         # d cost / d s_i = w c'(x) dx/ds_i, and the opposite for s_j
         push = slope * weight * slope_sign
         grad = grad + F.pad(push.sum(2), (start, length - stop)) - push.sum(1)
