@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -9,11 +10,20 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from datamodules.normalization import FeatureNormalizer
 from rankers.pipeline import train
-from rankers.rankboost import RankBoostLearner, RankBoostModule, candidate_thresholds, fit_rankboost, prepare
+from rankers.rankboost import (
+    RankBoostLearner,
+    RankBoostModule,
+    candidate_thresholds,
+    exp_loss,
+    fit_rankboost,
+    prepare,
+    weak_outputs,
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,8 +129,6 @@ def test_same_weak_rankers_alphas_and_scores_as_the_pairwise_reference(case):
         if options.get("missing") is not None:  # q_def only matters where some document abstains
             assert float(fitted["q_def"][t]) == expected["q_def"], t
     unranked = None if options.get("missing") is None else xt == options["missing"]
-    from rankers.rankboost import weak_outputs
-
     h = weak_outputs(xt, unranked, fitted["feature"], fitted["threshold"], fitted["q_def"])
     torch.testing.assert_close(h @ fitted["alpha"], torch.tensor(ref_scores, dtype=torch.float64))
 
@@ -156,7 +164,7 @@ def test_bound_rloss_below_prod_z_and_the_exponential_loss_never_rises(alpha):
         assert step["rloss"] <= prod_z + 1e-12  # Theorem 1
         assert math.exp(float(fitted["log_loss"][t])) == pytest.approx(prod_z, rel=1e-8)
     losses = fitted["log_loss"].tolist()
-    assert all(b <= a + 1e-12 for a, b in zip(losses, losses[1:], strict=False))
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(losses))
     assert (fitted["z"] <= 1.0 + 1e-12).all()
 
 
@@ -169,7 +177,6 @@ def test_exact_alpha_minimizes_z():
     before = learner.scores.clone()
     step = learner.round()  # the second round: D_2 is no longer uniform
     h = (xt[:, int(step["feature"])] > step["threshold"]).double()
-    from rankers.rankboost import exp_loss
 
     def z_of(a: float) -> float:
         return math.exp(float(exp_loss(before + a * h, data) - exp_loss(before, data)))
@@ -227,12 +234,9 @@ def test_train_py_fits_logs_rounds_and_exports_a_matching_scorer(make_cfg, tmp_p
     curve = sorted(scalars["rounds/train_exp_loss"])
     assert [step for step, _ in curve] == list(range(1, 41))
     values = [v for _, v in curve]
-    assert all(b <= a * (1 + 1e-6) for a, b in zip(values, values[1:], strict=False))  # exact alpha
+    assert all(b <= a * (1 + 1e-6) for a, b in itertools.pairwise(values))  # exact alpha
     assert len(scalars["rounds/val/ndcg@10"]) == 40 and "val/ndcg@10" in scalars
     # the exported scorer (TorchScript, ONNX) reproduces the model's scores on raw features
-    from datamodules.synthetic import SyntheticDataModule  # noqa: F401  (the config's datamodule)
-    from hydra.utils import instantiate
-
     datamodule = instantiate(cfg.data)
     datamodule.setup()
     model = RankBoostModule.load_from_checkpoint(results["best_checkpoint"], normalizer=datamodule.build_normalizer())
