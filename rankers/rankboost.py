@@ -300,16 +300,20 @@ def potentials(scores: Tensor, data: BoostData) -> tuple[Tensor, Tensor]:
     return torch.exp(log_in - log_mass) - torch.exp(log_out - log_mass), log_mass
 
 
-def candidate_r(pi: Tensor, data: BoostData) -> Tensor:
+def candidate_r(pi: Tensor, data: BoostData, buffers: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """``r = sum_x h(x) pi(x)`` of every candidate: ``[F, J, 2]`` (last axis ``q_def = 0, 1``).
 
     One gather, one cumulative sum along each feature's sorted documents, one gather at the thresholds.
+    ``buffers``: two ``[F * N]`` tensors reused across rounds (no allocation per round).
     """
     n_features, n = data.order.shape
-    along = pi.index_select(0, data.order.reshape(-1)).view(n_features, n)
-    prefix = torch.cat([torch.zeros_like(along[:, :1]), along.cumsum(1)], 1)  # [F, N + 1]
-    above = prefix.gather(1, data.positions)  # [F, J]
-    ranked_total = prefix.gather(1, data.n_ranked[:, None])  # [F, 1]
+    flat, prefix = buffers if buffers is not None else (None, None)
+    along = torch.index_select(pi, 0, data.order.reshape(-1), out=flat).view(n_features, n)
+    prefix = torch.cumsum(along, 1, out=prefix.view(n_features, n) if prefix is not None else None)
+    # sum of pi over the documents above a threshold = the prefix just before its position
+    above = prefix.gather(1, (data.positions - 1).clamp_min(0)).masked_fill(data.positions == 0, 0.0)  # [F, J]
+    last = (data.n_ranked - 1).clamp_min(0)[:, None]
+    ranked_total = prefix.gather(1, last).masked_fill(data.n_ranked[:, None] == 0, 0.0)  # [F, 1]
     unranked_total = pi.sum() - ranked_total  # sum of pi over abstaining documents
     return torch.stack([above, above + unranked_total], -1)
 
@@ -358,6 +362,8 @@ class RankBoostLearner:
         self.alpha_kind, self.smoothing = alpha, smoothing
         self.scores = torch.zeros(len(data.query), dtype=data.features.dtype) if scores is None else scores.clone()
         self.scores = self.scores.to(data.features.device)
+        size = data.order.numel()
+        self._buffers = tuple(torch.empty(size, dtype=data.features.dtype, device=data.features.device) for _ in "ab")
 
     def round(self) -> dict[str, Tensor]:
         """One boosting round; every value stays on the device (no host sync).
@@ -367,7 +373,7 @@ class RankBoostLearner:
         """
         data = self.data
         pi, log_mass = potentials(self.scores, data)
-        r = candidate_r(pi, data)  # [F, J, 2]
+        r = candidate_r(pi, data, self._buffers)  # [F, J, 2]
         fixed = 0 if data.unranked is None else (None if self.q_def == "best" else int(self.q_def))
         if fixed is not None:  # without abstentions q_def changes nothing: report 0
             r = r[..., fixed : fixed + 1]
