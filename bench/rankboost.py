@@ -1,0 +1,218 @@
+"""RankBoost speed and quality: ours (RankBoost.B, O(n) potentials, all candidates as one tensor op)
+against a straightforward O(pairs) RankBoost measured in the same run, and RankLib when given.
+
+    python bench/rankboost.py --train /work/data/letor_a/train.txt --rounds 300 --device all
+    python bench/rankboost.py --train T.txt --test V.txt --ranklib-jar RankLib.jar   # + RankLib, if java
+    python bench/rankboost.py --exported RUN/export --test V.txt   # trec_eval ndcg_cut_10 of a train.py export
+
+"reference" keeps D over every crucial pair explicitly (a ``[P]`` tensor, as RankLib's ``sweight``),
+computes the potentials by scattering D over pairs, r of every (feature, threshold) candidate as one
+``pi @ 1[x_f > theta]`` product, and updates D pair by pair; both learners get the same candidates,
+so their first rounds must choose the same weak rankers (checked before timing). Ours is
+``rankers.rankboost``. Figures: seconds per round (median over the timed rounds, device-synced) and
+total fit seconds (data layout + rounds). RankLib is timed as a whole ``java -jar`` process (its own
+fit log line is printed too) with ``-ranker 2 -round R -tc T``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._timing import sync  # noqa: E402
+from datamodules.letor_io import read_letor  # noqa: E402
+from rankers.rankboost import RankBoostLearner, choose_alpha, prepare, weak_outputs  # noqa: E402
+
+
+def load(path: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``features [N, F]``, ``labels [N]``, ``query [N]`` of a LETOR file."""
+    data = read_letor(path)
+    offsets = torch.from_numpy(data.offsets)
+    query = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
+    return torch.from_numpy(data.features).to(device), torch.from_numpy(data.labels).float().to(device), query.to(device)
+
+
+class PairwiseReference:
+    """RankBoost with D kept per crucial pair: O(pairs) potentials and updates, r by one matmul."""
+
+    def __init__(self, features: torch.Tensor, labels: torch.Tensor, query: torch.Tensor, thresholds: torch.Tensor):
+        same = query[:, None] == query[None, :]
+        self.bottom, self.top = torch.nonzero(same & (labels[None, :] > labels[:, None]), as_tuple=True)
+        self.d = torch.full(self.bottom.shape, 1.0 / len(self.bottom), device=features.device)
+        self.features, self.thresholds = features, thresholds  # thresholds [F, J]
+        n, f = features.shape
+        # 1[x_f > theta_fj] for every candidate, [N, F * J]
+        self.above = (features[:, :, None] > thresholds[None]).reshape(n, -1).float()
+
+    def round(self) -> tuple[int, float, float]:
+        n = len(self.features)
+        pi = torch.zeros(n, device=self.d.device).index_add_(0, self.top, self.d)
+        pi = pi.index_add_(0, self.bottom, -self.d)
+        r = pi @ self.above  # [F * J]
+        best = int(r.abs().argmax())
+        j_count = self.thresholds.shape[1]
+        feature, j = divmod(best, j_count)
+        h = self.above[:, best]
+        alpha = float(choose_alpha(r[best], kind="approx", smoothing=1e-6))
+        self.d = self.d * torch.exp(alpha * (h[self.bottom] - h[self.top]))
+        self.d = self.d / self.d.sum()
+        return feature, float(self.thresholds[feature, j]), alpha
+
+
+def time_rounds(step, rounds: int, device: torch.device) -> list[float]:
+    times = []
+    for _ in range(rounds):
+        sync(device)
+        start = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bench_device(args: argparse.Namespace, device: torch.device) -> None:
+    features, labels, query = load(args.train, device)
+    n, f = features.shape
+    sync(device)
+    start = time.perf_counter()
+    data = prepare(features, labels, query, thresholds=args.thresholds)
+    learner = RankBoostLearner(data, alpha="approx")
+    sync(device)
+    layout = time.perf_counter() - start
+    ours_rounds = time_rounds(learner.round, args.rounds, device)
+    ours_total = layout + sum(ours_rounds)
+    print(
+        f"{device.type}: {n} documents, {data.n_queries} queries, {data.n_pairs} crucial pairs, "
+        f"{f} features x {data.thresholds.shape[1]} thresholds"
+    )
+    # the reference with the same candidates: the first rounds must agree before anything is timed
+    sync(device)
+    start = time.perf_counter()
+    finite = torch.where(torch.isfinite(data.thresholds), data.thresholds, torch.full_like(data.thresholds, 1e30))
+    reference = PairwiseReference(features, labels, query, finite)
+    sync(device)
+    ref_layout = time.perf_counter() - start
+    check = RankBoostLearner(data, alpha="approx")
+    for t in range(3):
+        mine, theirs = check.round(), reference.round()
+        if int(mine["feature"]) != theirs[0] or abs(float(mine["alpha"]) - theirs[2]) > 1e-3 * max(1, abs(theirs[2])):
+            raise SystemExit(f"round {t + 1}: ours {mine['feature']}, {float(mine['alpha'])} != reference {theirs}")
+    reference = PairwiseReference(features, labels, query, finite)
+    ref_count = min(args.rounds, args.reference_rounds)
+    ref_rounds = time_rounds(reference.round, ref_count, device)
+    ref_per_round = statistics.median(ref_rounds)
+    ref_total = ref_layout + ref_per_round * args.rounds  # extrapolated when fewer rounds were timed
+    ours_per_round = statistics.median(ours_rounds)
+    print("| device | learner | s / round | fit s (layout + rounds) | reference / ours |")
+    print("|---|---|---:|---:|---:|")
+    print(f"| {device.type} | ours (RankBoost.B) | {ours_per_round:.5f} | {ours_total:.2f} | 1.0x |")
+    note = "" if ref_count == args.rounds else f" ({ref_count} rounds timed, total extrapolated)"
+    print(
+        f"| {device.type} | pairwise reference{note} | {ref_per_round:.5f} | {ref_total:.2f} | "
+        f"{ref_total / ours_total:.1f}x |"
+    )
+
+
+def trec_ndcg(scores: np.ndarray, labels: np.ndarray, query: np.ndarray, k: int = 10) -> float:
+    """trec_eval's ``ndcg_cut_k`` (pytrec_eval), averaged over the queries."""
+    import pytrec_eval
+
+    qrel: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    for i, (score, label, q) in enumerate(zip(scores.tolist(), labels.tolist(), query.tolist(), strict=True)):
+        qrel.setdefault(str(q), {})[f"d{i}"] = int(label)
+        run.setdefault(str(q), {})[f"d{i}"] = float(score)
+    measure = f"ndcg_cut_{k}"
+    evaluated = pytrec_eval.RelevanceEvaluator(qrel, {measure}).evaluate(run)
+    return float(np.mean([values[measure] for values in evaluated.values()]))
+
+
+def exported_scores(export_dir: str, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores of the exported TorchScript scorer, one query at a time, as a user would run it."""
+    data = read_letor(path)
+    scorer = torch.jit.load(str(Path(export_dir) / "scorer.pt"))
+    features = torch.from_numpy(data.features)
+    parts = [
+        scorer(features[start:stop]).detach().numpy()
+        for start, stop in zip(data.offsets[:-1], data.offsets[1:], strict=True)
+    ]
+    query = np.repeat(np.arange(data.num_queries), np.diff(data.offsets))
+    return np.concatenate(parts), data.labels, query
+
+
+def bench_ranklib(args: argparse.Namespace) -> None:
+    java = shutil.which("java")
+    if not args.ranklib_jar or java is None or not Path(args.ranklib_jar).exists():
+        print("RankLib: skipped (needs --ranklib-jar JAR and a java runtime)")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(tmp) / "model.txt"
+        command = [java, "-jar", args.ranklib_jar, "-train", args.train, "-ranker", "2", "-round", str(args.rounds)]
+        command += ["-tc", str(args.thresholds_ranklib), "-metric2t", "NDCG@10", "-save", str(model)]
+        start = time.perf_counter()
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        seconds = time.perf_counter() - start
+        elapsed = re.findall(r"[Ee]lapsed.*", out)
+        print(f"RankLib RankBoost: fit process {seconds:.2f} s {elapsed[-1] if elapsed else ''}")
+        if args.test:
+            scores = Path(tmp) / "scores.txt"
+            subprocess.run(
+                [java, "-jar", args.ranklib_jar, "-load", str(model), "-rank", args.test, "-score", str(scores)],
+                capture_output=True,
+                check=True,
+            )
+            values = np.array([float(line.split()[-1]) for line in scores.read_text().splitlines() if line.strip()])
+            data = read_letor(args.test)
+            query = np.repeat(np.arange(data.num_queries), np.diff(data.offsets))
+            print(f"RankLib RankBoost: trec ndcg_cut_10 on {args.test}: {trec_ndcg(values, data.labels, query):.4f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", default="/work/data/letor_a/train.txt")
+    parser.add_argument("--test", default=None, help="LETOR file for trec_eval ndcg_cut_10 (RankLib, --exported)")
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--reference-rounds", type=int, default=300, help="rounds of the reference actually timed")
+    parser.add_argument("--thresholds", type=int, default=30)
+    parser.add_argument("--thresholds-ranklib", type=int, default=10)
+    parser.add_argument("--device", default="all", help="cpu, cuda or all (cpu, and cuda when present)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--ranklib-jar", default=None)
+    parser.add_argument("--exported", default=None, help="a train.py run's export/ folder to score on --test")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
+    if args.exported:
+        if not args.test:
+            raise SystemExit("--exported needs --test FILE")
+        scores, labels, query = exported_scores(args.exported, args.test)
+        print(json.dumps({"export": args.exported, "file": args.test, "ndcg_cut_10": trec_ndcg(scores, labels, query)}))
+        return
+    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
+    for name in devices:
+        if name == "cuda" and not torch.cuda.is_available():
+            print("cuda: not available, skipped")
+            continue
+        if name == "cuda":
+            print(f"cuda device: {torch.cuda.get_device_name()}")
+        bench_device(args, torch.device(name))
+    bench_ranklib(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,911 @@
+"""RankBoost (Freund, Iyer, Schapire & Singer, JMLR 4, 2003) with the O(n) RankBoost.B potentials.
+
+    python train.py model=rankboost data=letor data.train=train.txt data.val=vali.txt data.test=test.txt
+
+The feedback is every crucial pair of a query: ``(x0, x1)`` with ``label(x1) > label(x0)`` (the k-partite
+reduction of graded labels: pairs between every two label levels; equal labels are no pair). The initial
+distribution ``D_1(x0, x1) = c_q`` is uniform over all crucial pairs (``pair_weight="pairs"``, the paper's
+``D = c max(0, Phi)`` with ``Phi = +-1``, as RankLib) or gives every query the same mass
+(``pair_weight="queries"``). Round t picks a weak ranker ``h_t``, a weight ``alpha_t``, and updates
+``D_{t+1}(x0, x1) = D_t(x0, x1) exp(alpha_t (h_t(x0) - h_t(x1))) / Z_t``; the final ranking is
+``H(x) = sum_t alpha_t h_t(x)`` and Theorem 1 bounds ``rloss_{D_1}(H) <= prod_t Z_t``.
+
+How a round stays O(documents x features) instead of O(pairs) (the paper's section 3.3, generalized to
+k levels): ``D_t(x0, x1) = D_1(x0, x1) exp(H(x0) - H(x1)) / prod Z`` factorizes per document, so
+everything a round needs is a per-(query, level) log-sum-exp of ``H`` (or ``-H``) followed by a prefix
+over the query's levels:
+
+* potentials ``pi(x) = sum_x' D(x', x) - D(x, x')`` (in-mass from the levels below minus out-mass to the
+  levels above), in O(n);
+* ``r(h) = sum D(x0, x1) (h(x1) - h(x0)) = sum_x h(x) pi(x)`` for every candidate at once: the
+  documents are sorted per feature once, and each round a cumulative sum of ``pi`` along that order
+  gives ``r`` of every threshold ``[F, J]`` (and both ``q_def``) in one tensor operation;
+* the exact ``alpha = 1/2 ln(W+ / W-)`` of a {0, 1} ranker (``W+-`` the D-mass of pairs it orders
+  right / wrong) by the same prefix sums restricted to ``h = 0`` / ``h = 1``, in O(n).
+
+Weak rankers (section 4): ``h(x) = 1 if x_f > theta, 0 if x_f <= theta, q_def if x_f is unranked``. A
+feature value equal to ``missing`` (e.g. 0 = "not rated" in collaborative filtering) is the paper's
+abstention; with ``missing=None`` every value is ranked. The learner maximizes ``|r|`` over features,
+candidate thresholds (``thresholds`` quantiles or equal-width steps of the ranked values per feature,
+or all distinct values when there are fewer) and ``q_def in {0, 1}``.
+
+No Python loop runs over queries, features, thresholds or pairs in a round, and a round reads nothing
+back from the device; the LightningModule syncs once per epoch (``rounds_per_epoch`` rounds).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import TensorBoardLogger
+from torch import Tensor, nn
+
+from datamodules.batching import pad_batch
+from datamodules.normalization import FeatureNormalizer
+from metrics import ranking_metrics
+from metrics.functional import ndcg, pairwise_error
+from rankers.export import export_scorer
+
+log = logging.getLogger(__name__)
+
+THRESHOLD_KINDS = ("quantile", "uniform")
+PAIR_WEIGHTS = ("pairs", "queries")
+ALPHAS = ("exact", "approx")
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the ensemble as a scorer (training, evaluation and export share it)
+# ---------------------------------------------------------------------------------------------------
+def weak_outputs(
+    features: Tensor, unranked: Tensor | None, feature: Tensor, threshold: Tensor, q_def: Tensor
+) -> Tensor:
+    """``h_t(x)`` of T weak rankers: ``[..., F]`` features -> ``[..., T]`` in {0, 1}.
+
+    ``unranked [..., F]`` bool marks abstentions (None: none); ``feature [T]`` long, ``threshold [T]``,
+    ``q_def [T]`` float.
+    """
+    values = features.index_select(-1, feature)
+    h = (values > threshold).to(features.dtype)
+    if unranked is not None:
+        h = torch.where(unranked.index_select(-1, feature), q_def.to(features.dtype), h)
+    return h
+
+
+class RankBoostScorer(nn.Module):
+    """``H(x) = sum_t alpha_t h_t(x)``: raw features ``[..., F]`` -> scores ``[...]``.
+
+    It carries the datamodule's normalizer: thresholds apply to normalized values, abstentions
+    (``raw == missing``) are read from the raw ones, so the export needs the raw features.
+    """
+
+    def __init__(
+        self,
+        normalizer: FeatureNormalizer,
+        feature: Tensor,
+        threshold: Tensor,
+        q_def: Tensor,
+        alpha: Tensor,
+        missing: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.register_buffer("feature", feature.long())
+        self.register_buffer("threshold", threshold.float())
+        self.register_buffer("q_def", q_def.float())
+        self.register_buffer("alpha", alpha.float())
+        self.has_missing = missing is not None
+        self.missing = float(missing) if missing is not None else 0.0
+
+    def forward(self, features: Tensor) -> Tensor:
+        normalized = self.normalizer(features, None)
+        unranked = features == self.missing
+        h = weak_outputs(normalized, unranked if self.has_missing else None, self.feature, self.threshold, self.q_def)
+        return (h * self.alpha).sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# training data laid out for the O(n) potentials and the per-feature prefix sums
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class BoostData:
+    """Flat training documents and what every round reuses.
+
+    features [N, F] (normalized), unranked [N, F] bool or None, query [N] long, level [N] long (the
+    rank of the document's label among its query's distinct labels), log_c [N] (log D_1 of a pair
+    whose top document is this one's query), n_queries Q, n_levels K (most levels in a query),
+    order [F, N] int32 (ranked documents by decreasing value, unranked last), positions [F, J] long
+    (ranked documents above each threshold), n_ranked [F] long, thresholds [F, J].
+    """
+
+    features: Tensor
+    unranked: Tensor | None
+    query: Tensor
+    level: Tensor
+    log_c: Tensor
+    n_queries: int
+    n_levels: int
+    order: Tensor
+    positions: Tensor
+    n_ranked: Tensor
+    thresholds: Tensor
+    n_pairs: int
+
+    @property
+    def group(self) -> Tensor:
+        return self.query * self.n_levels + self.level
+
+
+def candidate_thresholds(
+    features: Tensor, unranked: Tensor | None, *, count: int = 10, kind: str = "quantile"
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Candidate thresholds per feature and the sort they come from.
+
+    Args: features ``[N, F]``; unranked ``[N, F]`` bool or None; count J; kind ``quantile`` (the
+    ranked values at quantile levels ``j / J``, j = 0..J-1, the minimum included) or ``uniform``
+    (``min + j (max - min) / J``, RankLib's equal-width steps). A feature with at most J distinct
+    ranked values gets exactly those values. Duplicates become ``+inf`` (an empty ranker, r = 0).
+
+    Returns ``thresholds [F, J]``, ``order [F, N]`` int32 (documents by decreasing ranked value,
+    unranked last), ``positions [F, J]`` (ranked documents above each threshold), ``n_ranked [F]``.
+    """
+    if kind not in THRESHOLD_KINDS:
+        raise ValueError(f"threshold kind must be one of {THRESHOLD_KINDS}, got {kind!r}")
+    n, f = features.shape
+    ranked = torch.ones_like(features, dtype=torch.bool) if unranked is None else ~unranked
+    keyed = torch.where(ranked, features, torch.full_like(features, NEG_INF)).T.contiguous()  # [F, N]
+    ascending, order_up = keyed.sort(dim=1, stable=True)
+    n_ranked = ranked.sum(0)  # [F]
+    first = n - n_ranked  # the first ranked position of the ascending sort
+    levels = torch.arange(count, device=features.device, dtype=torch.float64) / count  # [J]
+    if kind == "quantile":
+        index = first[:, None] + (levels[None, :] * (n_ranked[:, None] - 1).clamp_min(0)).floor().long()
+        thresholds = ascending.gather(1, index.clamp(0, max(n - 1, 0)))
+    else:
+        low = ascending.gather(1, first.clamp_max(max(n - 1, 0))[:, None])
+        high = ascending[:, -1:]
+        thresholds = (low.double() + levels[None, :] * (high - low).double()).to(features.dtype)
+    # few distinct values: exactly those (vectorized: the j-th new value of a feature goes to column j)
+    new = torch.ones_like(ascending, dtype=torch.bool)
+    new[:, 1:] = ascending[:, 1:] != ascending[:, :-1]
+    new &= torch.arange(n, device=features.device)[None, :] >= first[:, None]
+    n_distinct = new.sum(1)
+    few = n_distinct <= count
+    column = new.long().cumsum(1) - 1
+    exact = torch.full((f, count + 1), float("inf"), dtype=features.dtype, device=features.device)
+    exact.scatter_(1, torch.where(new, column, count).clamp(0, count), ascending)
+    thresholds = torch.where(few[:, None], exact[:, :count], thresholds)
+    thresholds = torch.where((n_ranked > 0)[:, None], thresholds, torch.full_like(thresholds, float("inf")))
+    # duplicates (a quantile repeated) would only repeat a candidate
+    sorted_thresholds = thresholds.sort(1).values
+    repeated = torch.zeros_like(sorted_thresholds, dtype=torch.bool)
+    repeated[:, 1:] = sorted_thresholds[:, 1:] == sorted_thresholds[:, :-1]
+    thresholds = sorted_thresholds.masked_fill(repeated, float("inf"))
+    # ranked documents strictly above each threshold: n - (# of keys <= threshold)
+    positions = n - torch.searchsorted(ascending, thresholds.contiguous(), right=True)
+    order = order_up.flip(1).to(torch.int32).contiguous()  # decreasing; unranked (-inf) last
+    return thresholds, order, positions, n_ranked
+
+
+def prepare(
+    features: Tensor,
+    labels: Tensor,
+    query: Tensor,
+    *,
+    unranked: Tensor | None = None,
+    thresholds: int = 10,
+    threshold_kind: str = "quantile",
+    pair_weight: str = "pairs",
+) -> BoostData:
+    """Lay out training documents for RankBoost.B.
+
+    Args: features ``[N, F]`` float; labels ``[N]`` graded relevance; query ``[N]`` long query ids
+    (any integers; documents of a query need not be contiguous); unranked ``[N, F]`` bool abstentions.
+    """
+    if pair_weight not in PAIR_WEIGHTS:
+        raise ValueError(f"pair_weight must be one of {PAIR_WEIGHTS}, got {pair_weight!r}")
+    device = features.device
+    _, query = torch.unique(query, return_inverse=True)
+    n_queries = int(query.max()) + 1 if len(query) else 0
+    _, label_code = torch.unique(labels, return_inverse=True)
+    n_labels = int(label_code.max()) + 1 if len(label_code) else 1
+    # level = rank of the label among the query's distinct labels (dense per query: K stays small)
+    groups, group_of = torch.unique(query * n_labels + label_code, return_inverse=True)
+    group_query = groups // n_labels
+    first_group = torch.searchsorted(group_query, group_query)  # the query's first group
+    level = (torch.arange(len(groups), device=device) - first_group)[group_of]
+    n_levels = int(level.max()) + 1 if len(level) else 1
+    # crucial pairs per query: sum over levels of n_level * (documents below it)
+    counts = torch.zeros(n_queries * n_levels, device=device, dtype=torch.float64)
+    counts.index_add_(0, query * n_levels + level, torch.ones_like(labels, dtype=torch.float64))
+    counts = counts.view(n_queries, n_levels)
+    pairs = (counts * (counts.cumsum(1) - counts)).sum(1)  # [Q]
+    n_pairs = int(pairs.sum())
+    with_pairs = pairs > 0
+    if pair_weight == "pairs":
+        c = torch.where(with_pairs, 1.0 / pairs.sum().clamp_min(1.0), 0.0)
+    else:
+        c = torch.where(with_pairs, 1.0 / (pairs * with_pairs.sum().clamp_min(1)).clamp_min(1.0), 0.0)
+    log_c = torch.log(c).to(features.dtype)[query]
+    cand, order, positions, n_ranked = candidate_thresholds(features, unranked, count=thresholds, kind=threshold_kind)
+    return BoostData(
+        features=features,
+        unranked=unranked,
+        query=query,
+        level=level,
+        log_c=log_c,
+        n_queries=n_queries,
+        n_levels=n_levels,
+        order=order,
+        positions=positions,
+        n_ranked=n_ranked,
+        thresholds=cand,
+        n_pairs=n_pairs,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# one round, as pure functions of the current training scores H [N]
+# ---------------------------------------------------------------------------------------------------
+def _group_logsumexp(values: Tensor, group: Tensor, n_groups: int) -> Tensor:
+    """``log sum exp`` of ``values [N]`` per group -> ``[n_groups]`` (``-inf`` where empty)."""
+    peak = torch.full((n_groups,), NEG_INF, dtype=values.dtype, device=values.device)
+    peak = peak.scatter_reduce(0, group, values, reduce="amax", include_self=True)
+    shift = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    total = torch.zeros_like(peak).index_add_(0, group, torch.exp(values - shift[group]))
+    return torch.log(total) + shift
+
+
+def _levels_below(values: Tensor, data: BoostData) -> Tensor:
+    """``log sum_{x' in q(x), level(x') < level(x)} exp(values(x'))`` for every document, ``[N]``."""
+    per_level = _group_logsumexp(values, data.group, data.n_queries * data.n_levels).view(-1, data.n_levels)
+    inclusive = torch.logcumsumexp(per_level, dim=1)
+    exclusive = torch.cat([torch.full_like(inclusive[:, :1], NEG_INF), inclusive[:, :-1]], 1)
+    return exclusive.reshape(-1)[data.group]
+
+
+def _levels_above(values: Tensor, data: BoostData) -> Tensor:
+    """``log sum_{x' in q(x), level(x') > level(x)} exp(values(x'))``, ``[N]``."""
+    per_level = _group_logsumexp(values, data.group, data.n_queries * data.n_levels).view(-1, data.n_levels)
+    inclusive = torch.logcumsumexp(per_level.flip(1), dim=1).flip(1)
+    exclusive = torch.cat([inclusive[:, 1:], torch.full_like(inclusive[:, :1], NEG_INF)], 1)
+    return exclusive.reshape(-1)[data.group]
+
+
+def log_in_mass(scores: Tensor, data: BoostData, *, bottom: Tensor | None = None) -> Tensor:
+    """``log sum_{x0} D_1(x0, x) exp(H(x0) - H(x))`` per document ``x`` (unnormalized in-mass), ``[N]``;
+    with ``bottom [N]`` bool only pairs whose lower document is in it."""
+    lower = scores if bottom is None else scores.masked_fill(~bottom, NEG_INF)
+    return data.log_c - scores + _levels_below(lower, data)
+
+
+def exp_loss(scores: Tensor, data: BoostData) -> Tensor:
+    """``log sum_{pairs} D_1(x0, x1) exp(H(x0) - H(x1))`` (log of prod_t Z_t), a scalar."""
+    return torch.logsumexp(log_in_mass(scores, data), 0)
+
+
+def potentials(scores: Tensor, data: BoostData) -> tuple[Tensor, Tensor]:
+    """``pi(x) = sum_x' D_t(x', x) - D_t(x, x')`` ``[N]`` and ``log M`` (``D_t = D_1 e^{H(x0) - H(x1)} / M``)."""
+    log_in = log_in_mass(scores, data)
+    log_out = data.log_c + scores + _levels_above(-scores, data)
+    log_mass = torch.logsumexp(log_in, 0)
+    return torch.exp(log_in - log_mass) - torch.exp(log_out - log_mass), log_mass
+
+
+def candidate_r(pi: Tensor, data: BoostData, buffers: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """``r = sum_x h(x) pi(x)`` of every candidate: ``[F, J, 2]`` (last axis ``q_def = 0, 1``).
+
+    One gather, one cumulative sum along each feature's sorted documents, one gather at the thresholds.
+    ``buffers``: two ``[F * N]`` tensors reused across rounds (no allocation per round).
+    """
+    n_features, n = data.order.shape
+    flat, prefix = buffers if buffers is not None else (None, None)
+    along = torch.index_select(pi, 0, data.order.reshape(-1), out=flat).view(n_features, n)
+    prefix = torch.cumsum(along, 1, out=prefix.view(n_features, n) if prefix is not None else None)
+    # sum of pi over the documents above a threshold = the prefix just before its position
+    above = prefix.gather(1, (data.positions - 1).clamp_min(0)).masked_fill(data.positions == 0, 0.0)  # [F, J]
+    last = (data.n_ranked - 1).clamp_min(0)[:, None]
+    ranked_total = prefix.gather(1, last).masked_fill(data.n_ranked[:, None] == 0, 0.0)  # [F, 1]
+    unranked_total = pi.sum() - ranked_total  # sum of pi over abstaining documents
+    return torch.stack([above, above + unranked_total], -1)
+
+
+def right_mass(scores: Tensor, h: Tensor, data: BoostData, log_mass: Tensor) -> Tensor:
+    """``W+ = sum D_t(x0, x1) [h(x0) = 0, h(x1) = 1]``, the D_t-mass a {0, 1} ranker orders right
+    (``W- = W+ - r``, since ``r = sum D_t (h(x1) - h(x0)) = W+ - W-``)."""
+    one = h > 0.5
+    return torch.exp(log_in_mass(scores, data, bottom=~one) - log_mass).masked_fill(~one, 0.0).sum()
+
+
+def choose_alpha(
+    r: Tensor, right: Tensor | None = None, wrong: Tensor | None = None, *, kind: str = "exact", smoothing: float
+) -> Tensor:
+    """``alpha``: exact ``1/2 ln((W+ + s) / (W- + s))`` (minimizes Z of a {0, 1} ranker) or the paper's
+    approximation ``1/2 ln((1 + r + s) / (1 - r + s))`` (minimizes its bound ``Z <= sqrt(1 - r^2)``)."""
+    if kind == "exact":
+        return 0.5 * torch.log((right + smoothing) / (wrong + smoothing))
+    return 0.5 * torch.log((1 + r + smoothing) / (1 - r + smoothing))
+
+
+class RankBoostLearner:
+    """RankBoost.B on ``BoostData``: state is the training scores ``H [N]``; ``step`` adds rounds.
+
+    ``q_def``: ``"best"`` (the learner picks 0 or 1 per candidate, as the paper's weak learner) or 0/1
+    fixed; ``allow_negative``: select by ``|r|`` (a negative alpha reverses a ranker) or by ``r`` only
+    (RankLib); ``alpha``: ``exact`` or ``approx``; ``smoothing`` keeps alpha finite when a ranker
+    orders no pair wrong.
+    """
+
+    def __init__(
+        self,
+        data: BoostData,
+        *,
+        q_def: str | int = "best",
+        allow_negative: bool = True,
+        alpha: str = "exact",
+        smoothing: float = 1e-6,
+        scores: Tensor | None = None,
+    ) -> None:
+        if alpha not in ALPHAS:
+            raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
+        if q_def not in ("best", 0, 1):
+            raise ValueError(f"q_def must be 'best', 0 or 1, got {q_def!r}")
+        self.data, self.q_def, self.allow_negative = data, q_def, allow_negative
+        self.alpha_kind, self.smoothing = alpha, smoothing
+        self.scores = torch.zeros(len(data.query), dtype=data.features.dtype) if scores is None else scores.clone()
+        self.scores = self.scores.to(data.features.device)
+        size = data.order.numel()
+        self._buffers = tuple(torch.empty(size, dtype=data.features.dtype, device=data.features.device) for _ in "ab")
+
+    def round(self) -> dict[str, Tensor]:
+        """One boosting round; every value stays on the device (no host sync).
+
+        Returns ``feature, threshold, q_def, alpha, r, z`` (``Z_t``) and ``log_loss`` (``log prod_{s<=t} Z_s``,
+        the log of the exponential ranking loss after the round).
+        """
+        data = self.data
+        pi, log_mass = potentials(self.scores, data)
+        r = candidate_r(pi, data, self._buffers)  # [F, J, 2]
+        fixed = 0 if data.unranked is None else (None if self.q_def == "best" else int(self.q_def))
+        if fixed is not None:  # without abstentions q_def changes nothing: report 0
+            r = r[..., fixed : fixed + 1]
+        merit = r.abs() if self.allow_negative else r
+        best = merit.reshape(-1).argmax()
+        width = r.shape[1] * r.shape[2]
+        feature, rest = best // width, best % width
+        j, q = rest // r.shape[2], rest % r.shape[2]
+        if fixed is not None:
+            q = torch.full_like(q, fixed)
+        threshold = data.thresholds[feature, j]
+        q_def = q.to(data.features.dtype)
+        h = weak_outputs(data.features, data.unranked, feature[None], threshold[None], q_def[None])[:, 0]
+        # the chosen ranker's r again, as one dot product (the prefix sums are only for choosing)
+        r_exact = (h * pi).sum()
+        right = right_mass(self.scores, h, data, log_mass)
+        wrong = (right - r_exact).clamp_min(0.0)
+        alpha = choose_alpha(r_exact, right, wrong, kind=self.alpha_kind, smoothing=self.smoothing)
+        # Z_t = W0 + W+ e^-alpha + W- e^alpha exactly, whichever alpha was chosen
+        z = (1.0 - right - wrong) + right * torch.exp(-alpha) + wrong * torch.exp(alpha)
+        self.scores = self.scores + alpha * h
+        return {
+            "feature": feature,
+            "threshold": threshold,
+            "q_def": q_def,
+            "alpha": alpha,
+            "r": r_exact,
+            "z": z,
+            "log_loss": log_mass + torch.log(z),
+        }
+
+
+def fit_rankboost(
+    features: Tensor,
+    labels: Tensor,
+    query: Tensor,
+    *,
+    rounds: int,
+    unranked: Tensor | None = None,
+    thresholds: int = 10,
+    threshold_kind: str = "quantile",
+    pair_weight: str = "pairs",
+    **learner_options: Any,
+) -> dict[str, Tensor]:
+    """Fit ``rounds`` rounds; ``{"feature", "threshold", "q_def", "alpha", "r", "z", "log_loss"}`` each ``[T]``."""
+    data = prepare(
+        features,
+        labels,
+        query,
+        unranked=unranked,
+        thresholds=thresholds,
+        threshold_kind=threshold_kind,
+        pair_weight=pair_weight,
+    )
+    learner = RankBoostLearner(data, **learner_options)
+    steps = [learner.round() for _ in range(rounds)]
+    return {key: torch.stack([step[key] for step in steps]) for key in steps[0]} if steps else {}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the LightningModule
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class _EvalSet:
+    """Flat documents of an evaluation split and where they sit in the padded ``[B, L]`` layout."""
+
+    features: Tensor  # [N, F] normalized
+    unranked: Tensor | None  # [N, F]
+    rows: Tensor  # [N] long, the query (row of the padded batch)
+    cols: Tensor  # [N] long, the position in it
+    labels: Tensor  # [B, L]
+    mask: Tensor  # [B, L]
+
+    def padded(self, flat: Tensor) -> Tensor:
+        """``[..., N]`` per-document values -> ``[..., B, L]`` (0 where padded)."""
+        out = flat.new_zeros(*flat.shape[:-1], *self.mask.shape)
+        out[..., self.rows, self.cols] = flat
+        return out
+
+
+def _normalize_queries(normalizer: FeatureNormalizer, features: Tensor, offsets: Tensor, chunk: int = 256) -> Tensor:
+    """Flat ``[N, F]`` raw features of queries ``offsets [Q + 1]`` -> normalized ``[N, F]``, each query
+    normalized within itself (``query_zscore``) exactly as in evaluation and in the export."""
+    if normalizer.kind != "query_zscore":
+        return normalizer(features[None], None)[0]
+    starts, lengths = offsets[:-1], offsets[1:] - offsets[:-1]
+    parts = []
+    for first in range(0, len(starts), chunk):  # setup only: bounded padded memory
+        batch = pad_batch(
+            features,
+            torch.zeros(len(features), device=features.device),
+            *(t[first : first + chunk] for t in (starts, lengths)),
+        )
+        parts.append(normalizer(batch["features"], batch["mask"])[batch["mask"]])
+    return torch.cat(parts) if parts else features
+
+
+METRIC_FUNCTIONS = {"ndcg": ndcg}
+
+
+class RankBoostModule(pl.LightningModule):
+    """RankBoost.B trained under ``train.py``: ``rounds_per_epoch`` boosting rounds per epoch.
+
+    The training documents are taken once, whole (never list-sampled), from the trainer's training
+    loader at the start of the fit and kept on the device with the per-feature sort; validation
+    documents likewise, so that every round's validation metric is computed in the same step. Each
+    epoch runs its rounds in its first training step (the epoch's other batches do nothing), logs
+    the per-round curves to TensorBoard (``rounds/...``, x-axis = round) and the epoch's training
+    exponential loss ``prod Z_t`` and 0/1 ranking loss ``rloss_{D_1}``.
+
+    Args:
+        n_features, normalizer: from ``datamodule.model_inputs()``.
+        rounds: the most boosting rounds; rounds_per_epoch: rounds between Lightning validations.
+        thresholds, threshold_kind: candidate thresholds per feature (``quantile`` or ``uniform``).
+        missing: the raw feature value that means "unranked" (the paper's abstention, 0 for
+            unrated items in collaborative filtering); None: every value is ranked.
+        q_def, allow_negative, alpha, smoothing: see ``RankBoostLearner``.
+        pair_weight: ``pairs`` (D_1 uniform over crucial pairs) or ``queries`` (each query equal).
+        patience: stop after this many rounds without a better validation ``monitor`` (None: never).
+        keep_best: score with the ensemble's prefix that was best on validation (RankLib's rule),
+            else with every round.
+        ks, gain, empty, monitor: metric conventions (``metrics.functional``); ``monitor`` must be
+            ``val/ndcg@k`` (the metric computed per round).
+    """
+
+    def __init__(
+        self,
+        *,
+        n_features: int,
+        normalizer: FeatureNormalizer | None = None,
+        rounds: int = 300,
+        rounds_per_epoch: int = 25,
+        thresholds: int = 10,
+        threshold_kind: str = "quantile",
+        missing: float | None = None,
+        q_def: str | int = "best",
+        allow_negative: bool = True,
+        alpha: str = "exact",
+        smoothing: float = 1e-6,
+        pair_weight: str = "pairs",
+        patience: int | None = None,
+        keep_best: bool = True,
+        ks: Sequence[int] = (1, 5, 10),
+        gain: str = "exp2",
+        empty: float = 0.0,
+        monitor: str = "val/ndcg@10",
+    ) -> None:
+        super().__init__()
+        ks = [int(k) for k in ks]
+        self.save_hyperparameters(ignore=["normalizer"])
+        if threshold_kind not in THRESHOLD_KINDS:
+            raise ValueError(f"model.threshold_kind must be one of {THRESHOLD_KINDS}, got {threshold_kind!r}")
+        if pair_weight not in PAIR_WEIGHTS:
+            raise ValueError(f"model.pair_weight must be one of {PAIR_WEIGHTS}, got {pair_weight!r}")
+        if alpha not in ALPHAS:
+            raise ValueError(f"model.alpha must be one of {ALPHAS}, got {alpha!r}")
+        if rounds < 1 or rounds_per_epoch < 1 or thresholds < 1:
+            raise ValueError("model.rounds, model.rounds_per_epoch and model.thresholds must be >= 1")
+        name, _, k = monitor.removeprefix("val/").partition("@")
+        if name not in METRIC_FUNCTIONS or not k.isdigit():
+            raise ValueError(f"model.monitor must be val/ndcg@k (computed every round), got {monitor!r}")
+        self.monitor, self.monitor_k = monitor, int(k)
+        self.automatic_optimization = False
+        self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
+        # the ensemble, preallocated: checkpoints have one shape whatever the round
+        self.register_buffer("ens_feature", torch.zeros(rounds, dtype=torch.long))
+        self.register_buffer("ens_threshold", torch.zeros(rounds))
+        self.register_buffer("ens_q_def", torch.zeros(rounds))
+        self.register_buffer("ens_alpha", torch.zeros(rounds))
+        self.register_buffer("n_rounds", torch.zeros((), dtype=torch.long))
+        self.register_buffer("n_best", torch.zeros((), dtype=torch.long))
+        self.register_buffer("best_value", torch.tensor(NEG_INF))
+        self.register_buffer("stale", torch.zeros((), dtype=torch.long))
+        # Lightning counts steps by optimizer steps: a no-op optimizer marks each epoch's step
+        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
+        self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
+        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
+        self.learner: RankBoostLearner | None = None
+        self.val_set: _EvalSet | None = None
+        self._stream: dict[str, list[tuple[Tensor, Tensor]]] = {"val": [], "test": []}
+
+    # -- the ensemble ---------------------------------------------------------------------------
+    def active_rounds(self) -> int:
+        """How many rounds score: the best validation prefix (``keep_best``) or all of them."""
+        if self.hparams.keep_best and int(self.n_best) > 0:
+            return int(self.n_best)
+        return int(self.n_rounds)
+
+    def _unranked(self, raw: Tensor) -> Tensor | None:
+        missing = self.hparams.missing
+        return None if missing is None else raw == float(missing)
+
+    def ensemble_scores(self, normalized: Tensor, unranked: Tensor | None, rounds: int | None = None) -> Tensor:
+        """``H(x)`` of the first ``rounds`` rounds: ``[..., F]`` -> ``[...]``."""
+        t = self.active_rounds() if rounds is None else rounds
+        h = weak_outputs(normalized, unranked, self.ens_feature[:t], self.ens_threshold[:t], self.ens_q_def[:t])
+        return (h * self.ens_alpha[:t].to(h.dtype)).sum(-1)
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Raw features ``[B, L, F]`` (mask ``[B, L]``) -> scores ``[B, L]``."""
+        return self.ensemble_scores(self.normalizer(features, mask), self._unranked(features))
+
+    def scorer(self) -> RankBoostScorer:
+        """The active ensemble as a standalone scorer of raw features (CPU)."""
+        t = self.active_rounds()
+        return RankBoostScorer(
+            self.normalizer,
+            self.ens_feature[:t],
+            self.ens_threshold[:t],
+            self.ens_q_def[:t],
+            self.ens_alpha[:t],
+            self.hparams.missing,
+        ).cpu()
+
+    # -- data on the device ---------------------------------------------------------------------
+    def _training_documents(self, loader: Any) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """Flat ``(normalized [N, F], unranked, labels [N], query [N])`` of the whole training split."""
+        dataset = getattr(loader, "dataset", None)
+        if all(hasattr(dataset, name) for name in ("features", "labels", "offsets")):  # QueryDataset
+            features, labels, offsets = dataset.features, dataset.labels, dataset.offsets
+        elif all(hasattr(loader, name) for name in ("features", "labels", "starts", "lengths")):  # DeviceBatches
+            features, labels = loader.features, loader.labels
+            offsets = torch.cat([loader.starts, loader.starts[-1:] + loader.lengths[-1:]])
+        else:
+            return self._batched_documents(loader)
+        features, labels, offsets = (t.to(self.device) for t in (features, labels, offsets))
+        query = torch.repeat_interleave(torch.arange(len(offsets) - 1, device=self.device), offsets.diff())
+        normalized = _normalize_queries(self.normalizer, features, offsets)
+        return normalized, self._unranked(features), labels.float(), query
+
+    def _batched_documents(self, loader: Iterable) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """The same from iterated batches: LETOR batches (one query per row) or an ordinal stream
+        ``{"features": [B, d], "labels": [B]}`` (the whole stream is one query, e.g. one user's items)."""
+        parts: list[tuple[Tensor, Tensor | None, Tensor, Tensor]] = []
+        next_query = 0
+        for batch in loader:
+            raw, labels = batch["features"].to(self.device), batch["labels"].to(self.device).float()
+            if "mask" in batch:
+                mask = batch["mask"].to(self.device)
+                rows = torch.arange(mask.shape[0], device=self.device)[:, None].expand_as(mask)[mask]
+                unranked = self._unranked(raw)
+                parts.append(
+                    (
+                        self.normalizer(raw, mask)[mask],
+                        None if unranked is None else unranked[mask],
+                        labels[mask],
+                        rows + next_query,
+                    )
+                )
+                next_query += mask.shape[0]
+            else:
+                parts.append(
+                    (
+                        self.normalizer(raw[None], None)[0],
+                        self._unranked(raw),
+                        labels,
+                        labels.new_zeros(len(labels), dtype=torch.long),
+                    )
+                )
+        if not parts:
+            raise ValueError("RankBoost needs training documents: the training loader is empty")
+        unranked = None if parts[0][1] is None else torch.cat([p[1] for p in parts])
+        return (
+            torch.cat([p[0] for p in parts]),
+            unranked,
+            torch.cat([p[2] for p in parts]),
+            torch.cat([p[3] for p in parts]),
+        )
+
+    def _eval_set(self, loader: Iterable) -> _EvalSet | None:
+        """Validation documents for the per-round metric (LETOR batches or one stream query)."""
+        feats, unranked, rows, cols, labels = [], [], [], [], []
+        n_rows, width = 0, 1
+        for batch in loader:
+            raw, y = batch["features"].to(self.device), batch["labels"].to(self.device).float()
+            if "mask" not in batch:  # an ordinal stream: one query, laid out as one row
+                raw, y = raw[None], y[None]
+                mask = torch.ones(y.shape, dtype=torch.bool, device=self.device)
+                offset = sum(len(c) for c in cols)
+                row = torch.zeros(y.shape[1], dtype=torch.long, device=self.device)
+                col = torch.arange(y.shape[1], device=self.device) + offset
+                n_rows = 1
+            else:
+                mask = batch["mask"].to(self.device)
+                grid_rows = torch.arange(mask.shape[0], device=self.device)[:, None].expand_as(mask)
+                grid_cols = torch.arange(mask.shape[1], device=self.device)[None, :].expand_as(mask)
+                row, col = grid_rows[mask] + n_rows, grid_cols[mask]
+                n_rows += mask.shape[0]
+            u = self._unranked(raw)
+            feats.append(self.normalizer(raw, mask)[mask])
+            unranked.append(None if u is None else u[mask])
+            rows.append(row)
+            cols.append(col)
+            labels.append(y[mask])
+        if not feats:
+            return None
+        rows_t, cols_t = torch.cat(rows), torch.cat(cols)
+        width = int(cols_t.max()) + 1 if len(cols_t) else 1
+        padded_labels = torch.zeros(n_rows, width, device=self.device)
+        padded_labels[rows_t, cols_t] = torch.cat(labels)
+        mask = torch.zeros(n_rows, width, dtype=torch.bool, device=self.device)
+        mask[rows_t, cols_t] = True
+        return _EvalSet(
+            torch.cat(feats), None if unranked[0] is None else torch.cat(unranked), rows_t, cols_t, padded_labels, mask
+        )
+
+    def on_fit_start(self) -> None:
+        if self.trainer.world_size > 1:
+            raise ValueError(f"RankBoost runs in one process (trainer.devices=1), not {self.trainer.world_size}")
+        epochs = math.ceil(self.hparams.rounds / self.hparams.rounds_per_epoch)
+        limit = self.trainer.max_epochs
+        if limit is not None and 0 <= limit < epochs:
+            raise ValueError(
+                f"model.rounds={self.hparams.rounds} at model.rounds_per_epoch={self.hparams.rounds_per_epoch} "
+                f"needs trainer.max_epochs >= {epochs} (it is {limit})"
+            )
+
+    def on_train_start(self) -> None:
+        features, unranked, labels, query = self._training_documents(self.trainer.train_dataloader)
+        data = prepare(
+            features,
+            labels,
+            query,
+            unranked=unranked,
+            thresholds=self.hparams.thresholds,
+            threshold_kind=self.hparams.threshold_kind,
+            pair_weight=self.hparams.pair_weight,
+        )
+        t = int(self.n_rounds)  # resumed: D_t is a function of the training scores alone
+        scores = self.ensemble_scores(features, unranked, rounds=t)
+        self.learner = RankBoostLearner(
+            data,
+            q_def=self.hparams.q_def,
+            allow_negative=self.hparams.allow_negative,
+            alpha=self.hparams.alpha,
+            smoothing=self.hparams.smoothing,
+            scores=scores,
+        )
+        val = self.trainer.val_dataloaders
+        self.val_set = self._eval_set(val) if val is not None else None
+        if self.val_set is not None:
+            self.val_scores = self.ensemble_scores(self.val_set.features, self.val_set.unranked, rounds=t)
+        log.info(
+            "RankBoost: %d documents, %d queries, %d crucial pairs, %d features x %d thresholds",
+            len(labels),
+            data.n_queries,
+            data.n_pairs,
+            features.shape[1],
+            data.thresholds.shape[1],
+        )
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        start = int(self.n_rounds)
+        count = min(self.hparams.rounds_per_epoch, self.hparams.rounds - start)
+        if batch_idx > 0:  # an epoch is one step of rounds; its other batches are not read
+            return
+        if count <= 0 or self.learner is None:
+            self.trainer.should_stop = True
+            return
+        steps = []
+        for i in range(count):
+            step = self.learner.round()
+            self.ens_feature[start + i] = step["feature"]
+            self.ens_threshold[start + i] = step["threshold"].float()
+            self.ens_q_def[start + i] = step["q_def"].float()
+            self.ens_alpha[start + i] = step["alpha"].float()
+            steps.append(step)
+        stats = {key: torch.stack([s[key] for s in steps]).float() for key in ("r", "alpha", "z", "log_loss")}
+        curve = self._validation_curve(start, count)
+        if curve is not None:
+            stats["val"] = curve
+        host = {key: value.cpu().tolist() for key, value in stats.items()}  # the epoch's one sync
+        self.n_rounds.fill_(start + count)
+        self._track_best(start, host.get("val"))
+        self._log_rounds(start, host)
+        self.log("train/exp_loss", math.exp(host["log_loss"][-1]), on_step=False, on_epoch=True, prog_bar=True)
+        self.log("train/rloss", self.training_rloss(), on_step=False, on_epoch=True)
+        self.log("train/rounds", float(start + count), on_step=False, on_epoch=True)
+        self.optimizers().step()
+        patience = self.hparams.patience
+        degenerate = max(abs(r) for r in host["r"][-1:]) < 1e-12  # no weak ranker says anything
+        if start + count >= self.hparams.rounds or degenerate or (patience is not None and int(self.stale) >= patience):
+            self.trainer.should_stop = True
+
+    def _validation_curve(self, start: int, count: int) -> Tensor | None:
+        """The monitored validation metric after each of the epoch's rounds, ``[count]``, in one go."""
+        if self.val_set is None:
+            return None
+        v = self.val_set
+        rounds = slice(start, start + count)
+        h = weak_outputs(
+            v.features, v.unranked, self.ens_feature[rounds], self.ens_threshold[rounds], self.ens_q_def[rounds]
+        )
+        after = self.val_scores[:, None] + (h * self.ens_alpha[rounds]).cumsum(1)  # [N, count]
+        self.val_scores = after[:, -1]
+        scores = v.padded(after.T)  # [count, B, L]
+        b, length = v.mask.shape
+        values = METRIC_FUNCTIONS["ndcg"](
+            scores.reshape(count * b, length),
+            v.labels.repeat(count, 1),
+            v.mask.repeat(count, 1),
+            k=self.monitor_k,
+            gain=self.hparams.gain,
+            empty=self.hparams.empty,
+        )
+        return values.view(count, b).mean(1)
+
+    def _track_best(self, start: int, curve: list[float] | None) -> None:
+        if curve is None:
+            self.n_best.fill_(0)
+            return
+        best, n_best, stale = float(self.best_value), int(self.n_best), int(self.stale)
+        for i, value in enumerate(curve):
+            if value > best:
+                best, n_best, stale = value, start + i + 1, 0
+            else:
+                stale += 1
+        self.best_value.fill_(best)
+        self.n_best.fill_(n_best)
+        self.stale.fill_(stale)
+
+    def _log_rounds(self, start: int, host: dict[str, list[float]]) -> None:
+        """Per-round TensorBoard curves (x-axis: the round)."""
+        for logger in self.loggers:
+            if not isinstance(logger, TensorBoardLogger):
+                continue
+            writer = logger.experiment
+            for i in range(len(host["r"])):
+                t = start + i + 1
+                writer.add_scalar("rounds/train_exp_loss", math.exp(host["log_loss"][i]), t)
+                writer.add_scalar("rounds/z", host["z"][i], t)
+                writer.add_scalar("rounds/r", host["r"][i], t)
+                writer.add_scalar("rounds/alpha", host["alpha"][i], t)
+                if "val" in host:
+                    writer.add_scalar(f"rounds/{self.monitor}", host["val"][i], t)
+
+    def training_rloss(self, chunk: int = 64) -> float:
+        """``rloss_{D_1}(H)``: the D_1-mass of crucial pairs with ``H(x1) <= H(x0)`` (ties count, as in
+        Theorem 1), over the training queries in chunks of padded ``[chunk, L, L]`` pairs."""
+        data, scores = self.learner.data, self.learner.scores
+        order = torch.argsort(data.query, stable=True)
+        counts = torch.bincount(data.query, minlength=data.n_queries)
+        offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        query_sorted = data.query[order]
+        flat = torch.stack([scores[order], data.level[order].to(scores.dtype), torch.exp(data.log_c[order])], 1)
+        total = scores.new_zeros(())
+        starts, lengths = offsets[:-1], counts
+        for first in range(0, data.n_queries, chunk):
+            batch = pad_batch(
+                flat, query_sorted.to(scores.dtype), starts[first : first + chunk], lengths[first : first + chunk]
+            )
+            s, lev, c = batch["features"].unbind(-1)
+            m = batch["mask"]
+            crucial = (lev[:, None, :] > lev[:, :, None]) & m[:, :, None] & m[:, None, :]  # [x0, x1]
+            wrong = crucial & (s[:, None, :] <= s[:, :, None])
+            total = total + (wrong.to(s.dtype) * c[:, :, None]).sum()
+        return float(total)
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def _evaluate(self, batch: Any, stage: str) -> None:
+        if "mask" not in batch:  # an ordinal stream: one query, scored at the epoch's end
+            raw = batch["features"]
+            self._stream[stage].append(
+                (
+                    self.ensemble_scores(self.normalizer(raw[None], None)[0], self._unranked(raw)),
+                    batch["labels"].float(),
+                )
+            )
+            return
+        scores = self(batch["features"], batch["mask"])
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        for name, metric in metrics.items():
+            metric.update(scores, batch["labels"], batch["mask"])
+            self.log(
+                f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=batch["mask"].shape[0]
+            )
+
+    def _evaluate_stream(self, stage: str) -> None:
+        parts, self._stream[stage] = self._stream[stage], []
+        if not parts:
+            return
+        scores, labels = (torch.cat(t)[None] for t in zip(*parts, strict=True))
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        for name, metric in metrics.items():
+            metric.update(scores, labels, None)
+            self.log(f"{stage}/{name}", metric.compute(), prog_bar=name == "ndcg@10")
+            metric.reset()
+        self.log(f"{stage}/pairwise_error", pairwise_error(scores, labels).mean())
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._evaluate_stream("val")
+        self.log("val/rounds", float(self.active_rounds()))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._evaluate_stream("test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self(batch["features"], batch.get("mask"))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([self.step_marker], lr=0.0)
+
+    # -- export ---------------------------------------------------------------------------------
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """``scorer.pt`` / ``scorer.onnx`` (raw ``[L, F]`` -> ``[L]``) and ``ensemble.json`` (the weak rankers)."""
+        scorer = self.scorer().eval()
+        n_features = self.hparams.n_features
+        paths = export_scorer(FeatureNormalizer("none", num_features=n_features), scorer, out_dir, n_features)
+        meta_path = Path(paths["meta"])
+        meta = json.loads(meta_path.read_text())
+        meta.update(normalization=self.normalizer.kind, model="rankboost", rounds=int(scorer.alpha.numel()))
+        meta_path.write_text(json.dumps(meta, indent=1))
+        ensemble = {
+            "missing": self.hparams.missing,
+            "weak_rankers": [
+                {"feature": int(f), "threshold": float(t), "q_def": float(q), "alpha": float(a)}
+                for f, t, q, a in zip(
+                    scorer.feature.tolist(),
+                    scorer.threshold.tolist(),
+                    scorer.q_def.tolist(),
+                    scorer.alpha.tolist(),
+                    strict=True,
+                )
+            ],
+            "note": "h(x) = 1 if normalized x[feature] > threshold, 0 if not, q_def if raw x[feature] == missing",
+        }
+        path = Path(out_dir) / "ensemble.json"
+        path.write_text(json.dumps(ensemble, indent=1))
+        return {**paths, "ensemble": str(path)}
