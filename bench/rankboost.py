@@ -33,9 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._timing import sync  # noqa: E402
-from datamodules.letor_io import read_letor  # noqa: E402
-from rankers.rankboost import RankBoostLearner, choose_alpha, prepare, weak_outputs  # noqa: E402
+from bench._timing import sync
+from datamodules.letor_io import read_letor
+from rankers.rankboost import RankBoostLearner, choose_alpha, prepare
 
 
 def load(path: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -43,7 +43,11 @@ def load(path: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, t
     data = read_letor(path)
     offsets = torch.from_numpy(data.offsets)
     query = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
-    return torch.from_numpy(data.features).to(device), torch.from_numpy(data.labels).float().to(device), query.to(device)
+    return (
+        torch.from_numpy(data.features).to(device),
+        torch.from_numpy(data.labels).float().to(device),
+        query.to(device),
+    )
 
 
 class PairwiseReference:
@@ -54,7 +58,7 @@ class PairwiseReference:
         self.bottom, self.top = torch.nonzero(same & (labels[None, :] > labels[:, None]), as_tuple=True)
         self.d = torch.full(self.bottom.shape, 1.0 / len(self.bottom), device=features.device)
         self.features, self.thresholds = features, thresholds  # thresholds [F, J]
-        n, f = features.shape
+        n = len(features)
         # 1[x_f > theta_fj] for every candidate, [N, F * J]
         self.above = (features[:, :, None] > thresholds[None]).reshape(n, -1).float()
 

@@ -187,6 +187,24 @@ def test_exact_alpha_minimizes_z():
     assert z_of(a) <= min(z_of(a + 1e-3), z_of(a - 1e-3), z_of(a * 0.5), z_of(a * 1.5), 1.0)
 
 
+def test_a_resumed_learner_continues_exactly():
+    """What a resumed run does: D_t is rebuilt from the training scores of the checkpointed ensemble."""
+    x, y, qid = small_data(7, levels=4)
+    xt = torch.tensor(x)
+    data = prepare(xt, torch.tensor(y), torch.tensor(qid))
+    straight = RankBoostLearner(data)
+    whole = [straight.round() for _ in range(6)]
+    first = RankBoostLearner(data)
+    head = [first.round() for _ in range(3)]
+    f, t, q, a = (torch.stack([s[key] for s in head]) for key in ("feature", "threshold", "q_def", "alpha"))
+    resumed = RankBoostLearner(data, scores=weak_outputs(xt, None, f, t, q) @ a)
+    tail = [resumed.round() for _ in range(3)]
+    for expected, got in zip(whole, head + tail, strict=True):
+        assert int(expected["feature"]) == int(got["feature"])
+        torch.testing.assert_close(expected["alpha"], got["alpha"])
+        torch.testing.assert_close(expected["log_loss"], got["log_loss"])
+
+
 def test_quantile_candidates_and_few_distinct_values():
     x = torch.tensor([[0.0, 5.0], [1.0, 5.0], [2.0, 7.0], [3.0, 5.0], [4.0, 7.0], [5.0, 5.0]])
     thresholds, order, positions, n_ranked = candidate_thresholds(x, None, count=3, kind="quantile")
