@@ -246,7 +246,9 @@ def _scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
 def test_train_py_fits_logs_rounds_and_exports_a_matching_scorer(make_cfg, tmp_path):
     run = tmp_path / "run"
     cfg = make_cfg(*SYNTHETIC, out=run, tiny=False)
+    threads = torch.get_num_threads()
     results = train(cfg)
+    assert torch.get_num_threads() == threads  # model.cpu_threads applies to the run only
     assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"] + 0.1
     scalars = _scalars(run)
     curve = sorted(scalars["rounds/train_exp_loss"])
