@@ -245,6 +245,8 @@ def prepare(
     counts = counts.view(n_queries, n_levels)
     pairs = (counts * (counts.cumsum(1) - counts)).sum(1)  # [Q]
     n_pairs = int(pairs.sum())
+    if n_pairs == 0:
+        raise ValueError("RankBoost needs crucial pairs: no query has two documents with different labels")
     with_pairs = pairs > 0
     if pair_weight == "pairs":
         c = torch.where(with_pairs, 1.0 / pairs.sum().clamp_min(1.0), 0.0)
@@ -532,12 +534,12 @@ class RankBoostModule(pl.LightningModule):
         normalizer: FeatureNormalizer | None = None,
         rounds: int = 300,
         rounds_per_epoch: int = 50,
-        thresholds: int = 10,
+        thresholds: int = 30,
         threshold_kind: str = "quantile",
         missing: float | None = None,
         q_def: str | int = "best",
         allow_negative: bool = True,
-        alpha: str = "exact",
+        alpha: str = "approx",
         smoothing: float = 1e-6,
         pair_weight: str = "pairs",
         patience: int | None = None,

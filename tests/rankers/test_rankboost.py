@@ -153,6 +153,12 @@ def test_queries_without_pairs_and_single_documents_change_nothing():
     )
 
 
+def test_data_without_any_pair_is_refused():
+    x = torch.rand(6, 2)
+    with pytest.raises(ValueError, match="crucial pairs"):
+        prepare(x, torch.ones(6), torch.tensor([0, 0, 0, 1, 1, 2]))
+
+
 @pytest.mark.parametrize("alpha", ["exact", "approx"])
 def test_bound_rloss_below_prod_z_and_the_exponential_loss_never_rises(alpha):
     x, y, qid = small_data(4, n_queries=6, docs=9, levels=4)
