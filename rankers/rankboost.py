@@ -21,7 +21,8 @@ over the query's levels:
   documents are sorted per feature once, and each round a cumulative sum of ``pi`` along that order
   gives ``r`` of every threshold ``[F, J]`` (and both ``q_def``) in one tensor operation;
 * the exact ``alpha = 1/2 ln(W+ / W-)`` of a {0, 1} ranker (``W+-`` the D-mass of pairs it orders
-  right / wrong) by the same prefix sums restricted to ``h = 0`` / ``h = 1``, in O(n).
+  right / wrong): ``W+`` by the same prefix sums with the lower documents restricted to ``h = 0``,
+  ``W- = W+ - r``, in O(n); ``Z_t = W0 + W+ e^-alpha + W- e^alpha`` follows exactly.
 
 Weak rankers (section 4): ``h(x) = 1 if x_f > theta, 0 if x_f <= theta, q_def if x_f is unranked``. A
 feature value equal to ``missing`` (e.g. 0 = "not rated" in collaborative filtering) is the paper's
@@ -144,10 +145,11 @@ class BoostData:
     starts: Tensor
     n_pairs: int
     columns: Tensor | None = None  # [F, N], the features column by column (a chosen ranker's outputs)
+    unranked_columns: Tensor | None = None  # [F, N] bool
 
     def outputs(self, feature: Tensor, threshold: Tensor, q_def: Tensor) -> Tensor:
         """``h(x) [N]`` of one weak ranker on the training documents (feature etc. 0-dim tensors)."""
-        if self.columns is None:
+        if self.columns is None:  # made on first use: a row per feature is a contiguous read
             self.columns = self.features.T.contiguous()
             self.unranked_columns = None if self.unranked is None else self.unranked.T.contiguous()
         h = (self.columns[feature] > threshold).to(self.features.dtype)
