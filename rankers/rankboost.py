@@ -327,6 +327,30 @@ def potentials(scores: Tensor, data: BoostData) -> tuple[Tensor, Tensor]:
     return torch.exp(log_in - log_mass) - torch.exp(log_out - log_mass), log_mass
 
 
+def ranking_loss(scores: Tensor, data: BoostData) -> Tensor:
+    """``rloss_{D_1}(H) = sum D_1(x0, x1) [H(x1) <= H(x0)]`` over crucial pairs (ties count, as in
+    Theorem 1), in O(N K + N log N) without pairs: documents sorted by query then decreasing score,
+    per-level running counts, read at the end of each document's tie group. Returns a scalar."""
+    n = len(scores)
+    order = torch.argsort(scores, descending=True, stable=True)
+    order = order[torch.argsort(data.query[order], stable=True)]
+    query, value, level = data.query[order], scores[order], data.level[order]
+    fresh = torch.ones(n, dtype=torch.bool, device=scores.device)
+    fresh[1:] = (query[1:] != query[:-1]) | (value[1:] != value[:-1])
+    tie_group = fresh.long().cumsum(0) - 1
+    positions = torch.arange(n, device=scores.device)
+    tie_end = torch.zeros(n, dtype=torch.long, device=scores.device).scatter_reduce(
+        0, tie_group, positions, reduce="amax", include_self=False
+    )[tie_group]
+    counts = torch.nn.functional.one_hot(level, data.n_levels).cumsum(0)  # [N, K] running, all queries
+    query_start = torch.searchsorted(query, query)  # first position of each document's query
+    before_query = torch.where((query_start > 0)[:, None], counts[(query_start - 1).clamp_min(0)], 0)
+    at_or_above = counts[tie_end] - before_query  # per level: documents of the query scored >= this one
+    lower = torch.arange(data.n_levels, device=scores.device)[None, :] < level[:, None]
+    wrong = (at_or_above * lower).sum(1).to(scores.dtype)
+    return (wrong * torch.exp(data.log_c[order])).sum()
+
+
 def candidate_r(pi: Tensor, data: BoostData) -> Tensor:
     """``r = sum_x h(x) pi(x)`` of every candidate: ``[F, J, 2]`` (last axis ``q_def = 0, 1``).
 
@@ -510,8 +534,9 @@ class RankBoostModule(pl.LightningModule):
     loader at the start of the fit and kept on the device with the per-feature sort; validation
     documents likewise, so that every round's validation metric is computed in the same step. Each
     epoch runs its rounds in its first training step (the epoch's other batches do nothing), logs
-    the per-round curves to TensorBoard (``rounds/...``, x-axis = round) and the epoch's training
-    exponential loss ``prod Z_t`` and 0/1 ranking loss ``rloss_{D_1}``.
+    the per-round curves to TensorBoard (``rounds/...``, x-axis = round: the training exponential
+    loss ``prod Z_t``, the 0/1 ranking loss ``rloss_{D_1}``, ``Z_t``, ``r``, ``alpha``, the validation
+    metric) and the epoch's last values as ``train/exp_loss``, ``train/rloss``.
 
     Args:
         n_features, normalizer: from ``datamodule.model_inputs()``.
@@ -785,12 +810,13 @@ class RankBoostModule(pl.LightningModule):
         steps = []
         for i in range(count):
             step = self.learner.round()
+            step["rloss"] = ranking_loss(self.learner.scores, self.learner.data)
             self.ens_feature[start + i] = step["feature"]
             self.ens_threshold[start + i] = step["threshold"].float()
             self.ens_q_def[start + i] = step["q_def"].float()
             self.ens_alpha[start + i] = step["alpha"].float()
             steps.append(step)
-        stats = {key: torch.stack([s[key] for s in steps]).float() for key in ("r", "alpha", "z", "log_loss")}
+        stats = {key: torch.stack([s[key] for s in steps]).float() for key in ("r", "alpha", "z", "log_loss", "rloss")}
         curve = self._validation_curve(start, count)
         if curve is not None:
             stats["val"] = curve
@@ -799,7 +825,7 @@ class RankBoostModule(pl.LightningModule):
         self._track_best(start, host.get("val"))
         self._log_rounds(start, host)
         self.log("train/exp_loss", math.exp(host["log_loss"][-1]), on_step=False, on_epoch=True, prog_bar=True)
-        self.log("train/rloss", self.training_rloss(), on_step=False, on_epoch=True)
+        self.log("train/rloss", host["rloss"][-1], on_step=False, on_epoch=True)
         self.log("train/rounds", float(start + count), on_step=False, on_epoch=True)
         self.optimizers().step()
         patience = self.hparams.patience
@@ -853,33 +879,12 @@ class RankBoostModule(pl.LightningModule):
             for i in range(len(host["r"])):
                 t = start + i + 1
                 writer.add_scalar("rounds/train_exp_loss", math.exp(host["log_loss"][i]), t)
+                writer.add_scalar("rounds/train_rloss", host["rloss"][i], t)
                 writer.add_scalar("rounds/z", host["z"][i], t)
                 writer.add_scalar("rounds/r", host["r"][i], t)
                 writer.add_scalar("rounds/alpha", host["alpha"][i], t)
                 if "val" in host:
                     writer.add_scalar(f"rounds/{self.monitor}", host["val"][i], t)
-
-    def training_rloss(self, chunk: int = 64) -> float:
-        """``rloss_{D_1}(H)``: the D_1-mass of crucial pairs with ``H(x1) <= H(x0)`` (ties count, as in
-        Theorem 1), over the training queries in chunks of padded ``[chunk, L, L]`` pairs."""
-        data, scores = self.learner.data, self.learner.scores
-        order = torch.argsort(data.query, stable=True)
-        counts = torch.bincount(data.query, minlength=data.n_queries)
-        offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        query_sorted = data.query[order]
-        flat = torch.stack([scores[order], data.level[order].to(scores.dtype), torch.exp(data.log_c[order])], 1)
-        total = scores.new_zeros(())
-        starts, lengths = offsets[:-1], counts
-        for first in range(0, data.n_queries, chunk):
-            batch = pad_batch(
-                flat, query_sorted.to(scores.dtype), starts[first : first + chunk], lengths[first : first + chunk]
-            )
-            s, lev, c = batch["features"].unbind(-1)
-            m = batch["mask"]
-            crucial = (lev[:, None, :] > lev[:, :, None]) & m[:, :, None] & m[:, None, :]  # [x0, x1]
-            wrong = crucial & (s[:, None, :] <= s[:, :, None])
-            total = total + (wrong.to(s.dtype) * c[:, :, None]).sum()
-        return float(total)
 
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Any, stage: str) -> None:

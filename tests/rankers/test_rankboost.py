@@ -22,6 +22,7 @@ from rankers.rankboost import (
     exp_loss,
     fit_rankboost,
     prepare,
+    ranking_loss,
     weak_outputs,
 )
 
@@ -163,11 +164,15 @@ def test_data_without_any_pair_is_refused():
 def test_bound_rloss_below_prod_z_and_the_exponential_loss_never_rises(alpha):
     x, y, qid = small_data(4, n_queries=6, docs=9, levels=4)
     reference, _ = reference_rankboost(x.tolist(), y.tolist(), qid.tolist(), rounds=8, alpha=alpha)
-    fitted, _ = ours(x, y, qid, 8, alpha=alpha)
+    fitted, xt = ours(x, y, qid, 8, alpha=alpha)
+    data = prepare(xt, torch.tensor(y), torch.tensor(qid))
+    h = weak_outputs(xt, None, fitted["feature"], fitted["threshold"], fitted["q_def"])
+    after = (h * fitted["alpha"]).cumsum(1)  # [N, T]: the scores after each round
     prod_z = 1.0
     for t, step in enumerate(reference):
         prod_z *= step["z"]
         assert step["rloss"] <= prod_z + 1e-12  # Theorem 1
+        assert float(ranking_loss(after[:, t], data)) == pytest.approx(step["rloss"], abs=1e-12)
         assert math.exp(float(fitted["log_loss"][t])) == pytest.approx(prod_z, rel=1e-8)
     losses = fitted["log_loss"].tolist()
     assert all(b <= a + 1e-12 for a, b in itertools.pairwise(losses))
@@ -262,6 +267,8 @@ def test_train_py_fits_logs_rounds_and_exports_a_matching_scorer(make_cfg, tmp_p
     values = [v for _, v in curve]
     assert all(b <= a * (1 + 1e-6) for a, b in itertools.pairwise(values))  # exact alpha
     assert len(scalars["rounds/val/ndcg@10"]) == 40 and "val/ndcg@10" in scalars
+    rloss = dict(scalars["rounds/train_rloss"])
+    assert len(rloss) == 40 and all(rloss[t] <= dict(curve)[t] * (1 + 1e-5) for t in rloss)  # Theorem 1
     # the exported scorer (TorchScript, ONNX) reproduces the model's scores on raw features
     datamodule = instantiate(cfg.data)
     datamodule.setup()
