@@ -552,6 +552,8 @@ class RankBoostModule(pl.LightningModule):
         ks, gain, empty, monitor: metric conventions (``metrics.functional``); ``monitor`` must be
             ``val/ndcg@k`` (the metric computed per round).
         cpu_threads: torch threads while fitting / evaluating on CPU (None: leave as is).
+        rloss_every: log the 0/1 training ranking loss every this many rounds (and at each epoch's
+            end); the exponential loss ``prod Z_t`` is logged every round.
     """
 
     def __init__(
@@ -576,6 +578,7 @@ class RankBoostModule(pl.LightningModule):
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
         cpu_threads: int | None = 1,
+        rloss_every: int = 10,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]
@@ -586,8 +589,8 @@ class RankBoostModule(pl.LightningModule):
             raise ValueError(f"model.pair_weight must be one of {PAIR_WEIGHTS}, got {pair_weight!r}")
         if alpha not in ALPHAS:
             raise ValueError(f"model.alpha must be one of {ALPHAS}, got {alpha!r}")
-        if rounds < 1 or rounds_per_epoch < 1 or thresholds < 1:
-            raise ValueError("model.rounds, model.rounds_per_epoch and model.thresholds must be >= 1")
+        if min(rounds, rounds_per_epoch, thresholds, rloss_every) < 1:
+            raise ValueError("model.rounds, rounds_per_epoch, thresholds and rloss_every must be >= 1")
         name, _, k = monitor.removeprefix("val/").partition("@")
         if name not in METRIC_FUNCTIONS or not k.isdigit():
             raise ValueError(f"model.monitor must be val/ndcg@k (computed every round), got {monitor!r}")
@@ -810,20 +813,24 @@ class RankBoostModule(pl.LightningModule):
         steps = []
         for i in range(count):
             step = self.learner.round()
-            step["rloss"] = ranking_loss(self.learner.scores, self.learner.data)
+            t = start + i + 1
+            if t % self.hparams.rloss_every == 0 or i == count - 1:  # a sort per call: not every round
+                step["rloss"] = ranking_loss(self.learner.scores, self.learner.data)
             self.ens_feature[start + i] = step["feature"]
             self.ens_threshold[start + i] = step["threshold"].float()
             self.ens_q_def[start + i] = step["q_def"].float()
             self.ens_alpha[start + i] = step["alpha"].float()
             steps.append(step)
-        stats = {key: torch.stack([s[key] for s in steps]).float() for key in ("r", "alpha", "z", "log_loss", "rloss")}
+        stats = {key: torch.stack([s[key] for s in steps]).float() for key in ("r", "alpha", "z", "log_loss")}
+        rloss_rounds = [i for i, s in enumerate(steps) if "rloss" in s]
+        stats["rloss"] = torch.stack([steps[i]["rloss"] for i in rloss_rounds]).float()
         curve = self._validation_curve(start, count)
         if curve is not None:
             stats["val"] = curve
         host = {key: value.cpu().tolist() for key, value in stats.items()}  # the epoch's one sync
         self.n_rounds.fill_(start + count)
         self._track_best(start, host.get("val"))
-        self._log_rounds(start, host)
+        self._log_rounds(start, host, rloss_rounds)
         self.log("train/exp_loss", math.exp(host["log_loss"][-1]), on_step=False, on_epoch=True, prog_bar=True)
         self.log("train/rloss", host["rloss"][-1], on_step=False, on_epoch=True)
         self.log("train/rounds", float(start + count), on_step=False, on_epoch=True)
@@ -870,7 +877,7 @@ class RankBoostModule(pl.LightningModule):
         self.n_best.fill_(n_best)
         self.stale.fill_(stale)
 
-    def _log_rounds(self, start: int, host: dict[str, list[float]]) -> None:
+    def _log_rounds(self, start: int, host: dict[str, list[float]], rloss_rounds: list[int]) -> None:
         """Per-round TensorBoard curves (x-axis: the round)."""
         for logger in self.loggers:
             if not isinstance(logger, TensorBoardLogger):
@@ -879,12 +886,13 @@ class RankBoostModule(pl.LightningModule):
             for i in range(len(host["r"])):
                 t = start + i + 1
                 writer.add_scalar("rounds/train_exp_loss", math.exp(host["log_loss"][i]), t)
-                writer.add_scalar("rounds/train_rloss", host["rloss"][i], t)
                 writer.add_scalar("rounds/z", host["z"][i], t)
                 writer.add_scalar("rounds/r", host["r"][i], t)
                 writer.add_scalar("rounds/alpha", host["alpha"][i], t)
                 if "val" in host:
                     writer.add_scalar(f"rounds/{self.monitor}", host["val"][i], t)
+            for i, value in zip(rloss_rounds, host["rloss"], strict=True):
+                writer.add_scalar("rounds/train_rloss", value, start + i + 1)
 
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Any, stage: str) -> None:
