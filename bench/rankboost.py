@@ -2,6 +2,7 @@
 against a straightforward O(pairs) RankBoost measured in the same run, and RankLib when given.
 
     python bench/rankboost.py --train /work/data/letor_a/train.txt --rounds 300 --device all
+    python bench/rankboost.py --train synthetic:100,400,136 --reference-rounds 10   # long lists
     python bench/rankboost.py --train T.txt --test V.txt --ranklib-jar RankLib.jar   # + RankLib, if java
     python bench/rankboost.py --exported RUN/export --test V.txt   # trec_eval ndcg_cut_10 of a train.py export
 
@@ -33,17 +34,30 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._timing import sync  # noqa: E402
-from datamodules.letor_io import read_letor  # noqa: E402
-from rankers.rankboost import RankBoostLearner, choose_alpha, prepare, weak_outputs  # noqa: E402
+from bench._timing import sync
+from datamodules.letor_io import read_letor
+from rankers.rankboost import RankBoostLearner, choose_alpha, prepare
 
 
 def load(path: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``features [N, F]``, ``labels [N]``, ``query [N]`` of a LETOR file."""
+    """``features [N, F]``, ``labels [N]``, ``query [N]`` of a LETOR file, or of ``synthetic:Q,L,F``
+    (Q queries of L documents, F features, labels 0..4 from a noisy linear score: long lists, many pairs)."""
+    if path.startswith("synthetic:"):
+        queries, length, n_features = (int(v) for v in path.removeprefix("synthetic:").split(","))
+        generator = torch.Generator().manual_seed(0)
+        features = torch.randn(queries * length, n_features, generator=generator)
+        score = features[:, :8].sum(1) + 2 * torch.randn(len(features), generator=generator)
+        labels = torch.bucketize(score, torch.tensor([0.0, 2.0, 4.0, 6.0])).float()
+        query = torch.arange(queries).repeat_interleave(length)
+        return features.to(device), labels.to(device), query.to(device)
     data = read_letor(path)
     offsets = torch.from_numpy(data.offsets)
     query = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
-    return torch.from_numpy(data.features).to(device), torch.from_numpy(data.labels).float().to(device), query.to(device)
+    return (
+        torch.from_numpy(data.features).to(device),
+        torch.from_numpy(data.labels).float().to(device),
+        query.to(device),
+    )
 
 
 class PairwiseReference:
@@ -54,7 +68,7 @@ class PairwiseReference:
         self.bottom, self.top = torch.nonzero(same & (labels[None, :] > labels[:, None]), as_tuple=True)
         self.d = torch.full(self.bottom.shape, 1.0 / len(self.bottom), device=features.device)
         self.features, self.thresholds = features, thresholds  # thresholds [F, J]
-        n, f = features.shape
+        n = len(features)
         # 1[x_f > theta_fj] for every candidate, [N, F * J]
         self.above = (features[:, :, None] > thresholds[None]).reshape(n, -1).float()
 
@@ -183,7 +197,7 @@ def bench_ranklib(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", default="/work/data/letor_a/train.txt")
+    parser.add_argument("--train", default="/work/data/letor_a/train.txt", help="a LETOR file or synthetic:Q,L,F")
     parser.add_argument("--test", default=None, help="LETOR file for trec_eval ndcg_cut_10 (RankLib, --exported)")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--reference-rounds", type=int, default=300, help="rounds of the reference actually timed")

@@ -21,7 +21,8 @@ over the query's levels:
   documents are sorted per feature once, and each round a cumulative sum of ``pi`` along that order
   gives ``r`` of every threshold ``[F, J]`` (and both ``q_def``) in one tensor operation;
 * the exact ``alpha = 1/2 ln(W+ / W-)`` of a {0, 1} ranker (``W+-`` the D-mass of pairs it orders
-  right / wrong) by the same prefix sums restricted to ``h = 0`` / ``h = 1``, in O(n).
+  right / wrong): ``W+`` by the same prefix sums with the lower documents restricted to ``h = 0``,
+  ``W- = W+ - r``, in O(n); ``Z_t = W0 + W+ e^-alpha + W- e^alpha`` follows exactly.
 
 Weak rankers (section 4): ``h(x) = 1 if x_f > theta, 0 if x_f <= theta, q_def if x_f is unranked``. A
 feature value equal to ``missing`` (e.g. 0 = "not rated" in collaborative filtering) is the paper's
@@ -122,8 +123,12 @@ class BoostData:
     features [N, F] (normalized), unranked [N, F] bool or None, query [N] long, level [N] long (the
     rank of the document's label among its query's distinct labels), log_c [N] (log D_1 of a pair
     whose top document is this one's query), n_queries Q, n_levels K (most levels in a query),
-    order [F, N] int32 (ranked documents by decreasing value, unranked last), positions [F, J] long
-    (ranked documents above each threshold), n_ranked [F] long, thresholds [F, J].
+    thresholds [F, J], positions [F, J] long (ranked documents above each threshold), n_ranked [F]
+    long; selected [S] long: per feature, its documents by decreasing value down to the lowest
+    threshold (or down to the last ranked one when some abstain), the features one after another;
+    starts [F] long: where each feature's run begins in ``selected``. Documents below every
+    threshold never enter an ``r`` (on sparse LETOR features, most of them), so a round costs
+    O(S) <= O(F N).
     """
 
     features: Tensor
@@ -133,11 +138,24 @@ class BoostData:
     log_c: Tensor
     n_queries: int
     n_levels: int
-    order: Tensor
     positions: Tensor
     n_ranked: Tensor
     thresholds: Tensor
+    selected: Tensor
+    starts: Tensor
     n_pairs: int
+    columns: Tensor | None = None  # [F, N], the features column by column (a chosen ranker's outputs)
+    unranked_columns: Tensor | None = None  # [F, N] bool
+
+    def outputs(self, feature: Tensor, threshold: Tensor, q_def: Tensor) -> Tensor:
+        """``h(x) [N]`` of one weak ranker on the training documents (feature etc. 0-dim tensors)."""
+        if self.columns is None:  # made on first use: a row per feature is a contiguous read
+            self.columns = self.features.T.contiguous()
+            self.unranked_columns = None if self.unranked is None else self.unranked.T.contiguous()
+        h = (self.columns[feature] > threshold).to(self.features.dtype)
+        if self.unranked_columns is not None:
+            h = torch.where(self.unranked_columns[feature], q_def.to(h.dtype), h)
+        return h
 
     @property
     def group(self) -> Tensor:
@@ -229,6 +247,8 @@ def prepare(
     counts = counts.view(n_queries, n_levels)
     pairs = (counts * (counts.cumsum(1) - counts)).sum(1)  # [Q]
     n_pairs = int(pairs.sum())
+    if n_pairs == 0:
+        raise ValueError("RankBoost needs crucial pairs: no query has two documents with different labels")
     with_pairs = pairs > 0
     if pair_weight == "pairs":
         c = torch.where(with_pairs, 1.0 / pairs.sum().clamp_min(1.0), 0.0)
@@ -236,6 +256,12 @@ def prepare(
         c = torch.where(with_pairs, 1.0 / (pairs * with_pairs.sum().clamp_min(1)).clamp_min(1.0), 0.0)
     log_c = torch.log(c).to(features.dtype)[query]
     cand, order, positions, n_ranked = candidate_thresholds(features, unranked, count=thresholds, kind=threshold_kind)
+    depth = positions.max(1).values  # [F]
+    if unranked is not None:  # r with q_def = 1 needs the sum over every ranked document too
+        depth = torch.maximum(depth, n_ranked)
+    keep = torch.arange(order.shape[1], device=device)[None, :] < depth[:, None]
+    selected = order[keep].long()  # row-major: feature after feature
+    starts = depth.cumsum(0) - depth
     return BoostData(
         features=features,
         unranked=unranked,
@@ -244,10 +270,11 @@ def prepare(
         log_c=log_c,
         n_queries=n_queries,
         n_levels=n_levels,
-        order=order,
         positions=positions,
         n_ranked=n_ranked,
         thresholds=cand,
+        selected=selected,
+        starts=starts,
         n_pairs=n_pairs,
     )
 
@@ -300,20 +327,48 @@ def potentials(scores: Tensor, data: BoostData) -> tuple[Tensor, Tensor]:
     return torch.exp(log_in - log_mass) - torch.exp(log_out - log_mass), log_mass
 
 
-def candidate_r(pi: Tensor, data: BoostData, buffers: tuple[Tensor, Tensor] | None = None) -> Tensor:
+def ranking_loss(scores: Tensor, data: BoostData) -> Tensor:
+    """``rloss_{D_1}(H) = sum D_1(x0, x1) [H(x1) <= H(x0)]`` over crucial pairs (ties count, as in
+    Theorem 1), in O(N K + N log N) without pairs: documents sorted by query then decreasing score,
+    per-level running counts, read at the end of each document's tie group. Returns a scalar."""
+    n = len(scores)
+    order = torch.argsort(scores, descending=True, stable=True)
+    order = order[torch.argsort(data.query[order], stable=True)]
+    query, value, level = data.query[order], scores[order], data.level[order]
+    fresh = torch.ones(n, dtype=torch.bool, device=scores.device)
+    fresh[1:] = (query[1:] != query[:-1]) | (value[1:] != value[:-1])
+    tie_group = fresh.long().cumsum(0) - 1
+    positions = torch.arange(n, device=scores.device)
+    tie_end = torch.zeros(n, dtype=torch.long, device=scores.device).scatter_reduce(
+        0, tie_group, positions, reduce="amax", include_self=False
+    )[tie_group]
+    counts = torch.nn.functional.one_hot(level, data.n_levels).cumsum(0)  # [N, K] running, all queries
+    query_start = torch.searchsorted(query, query)  # first position of each document's query
+    before_query = torch.where((query_start > 0)[:, None], counts[(query_start - 1).clamp_min(0)], 0)
+    at_or_above = counts[tie_end] - before_query  # per level: documents of the query scored >= this one
+    lower = torch.arange(data.n_levels, device=scores.device)[None, :] < level[:, None]
+    wrong = (at_or_above * lower).sum(1).to(scores.dtype)
+    return (wrong * torch.exp(data.log_c[order])).sum()
+
+
+def candidate_r(pi: Tensor, data: BoostData) -> Tensor:
     """``r = sum_x h(x) pi(x)`` of every candidate: ``[F, J, 2]`` (last axis ``q_def = 0, 1``).
 
-    One gather, one cumulative sum along each feature's sorted documents, one gather at the thresholds.
-    ``buffers``: two ``[F * N]`` tensors reused across rounds (no allocation per round).
+    One gather of ``pi`` along every feature's sorted documents, one cumulative sum, one gather at
+    the thresholds.
     """
-    n_features, n = data.order.shape
-    flat, prefix = buffers if buffers is not None else (None, None)
-    along = torch.index_select(pi, 0, data.order.reshape(-1), out=flat).view(n_features, n)
-    prefix = torch.cumsum(along, 1, out=prefix.view(n_features, n) if prefix is not None else None)
-    # sum of pi over the documents above a threshold = the prefix just before its position
-    above = prefix.gather(1, (data.positions - 1).clamp_min(0)).masked_fill(data.positions == 0, 0.0)  # [F, J]
-    last = (data.n_ranked - 1).clamp_min(0)[:, None]
-    ranked_total = prefix.gather(1, last).masked_fill(data.n_ranked[:, None] == 0, 0.0)  # [F, 1]
+    # prefix[i]: sum of the first i + 1 (in pi's dtype: the features' runs follow one another, so a
+    # feature's sums carry the rounding of the runs before it, ~1e-7 relative per run in float32)
+    prefix = pi.index_select(0, data.selected).cumsum(0)
+
+    def before(index: Tensor) -> Tensor:  # sum of the first ``index`` entries
+        return torch.where(index > 0, prefix[(index - 1).clamp_min(0)], 0.0)
+
+    base = before(data.starts)[:, None]  # [F, 1]
+    above = before(data.starts[:, None] + data.positions) - base  # [F, J]
+    if data.unranked is None:
+        return above[..., None].expand(*above.shape, 2)
+    ranked_total = before(data.starts + data.n_ranked)[:, None] - base  # [F, 1]
     unranked_total = pi.sum() - ranked_total  # sum of pi over abstaining documents
     return torch.stack([above, above + unranked_total], -1)
 
@@ -362,8 +417,6 @@ class RankBoostLearner:
         self.alpha_kind, self.smoothing = alpha, smoothing
         self.scores = torch.zeros(len(data.query), dtype=data.features.dtype) if scores is None else scores.clone()
         self.scores = self.scores.to(data.features.device)
-        size = data.order.numel()
-        self._buffers = tuple(torch.empty(size, dtype=data.features.dtype, device=data.features.device) for _ in "ab")
 
     def round(self) -> dict[str, Tensor]:
         """One boosting round; every value stays on the device (no host sync).
@@ -373,7 +426,7 @@ class RankBoostLearner:
         """
         data = self.data
         pi, log_mass = potentials(self.scores, data)
-        r = candidate_r(pi, data, self._buffers)  # [F, J, 2]
+        r = candidate_r(pi, data)  # [F, J, 2]
         fixed = 0 if data.unranked is None else (None if self.q_def == "best" else int(self.q_def))
         if fixed is not None:  # without abstentions q_def changes nothing: report 0
             r = r[..., fixed : fixed + 1]
@@ -386,7 +439,7 @@ class RankBoostLearner:
             q = torch.full_like(q, fixed)
         threshold = data.thresholds[feature, j]
         q_def = q.to(data.features.dtype)
-        h = weak_outputs(data.features, data.unranked, feature[None], threshold[None], q_def[None])[:, 0]
+        h = data.outputs(feature, threshold, q_def)
         # the chosen ranker's r again, as one dot product (the prefix sums are only for choosing)
         r_exact = (h * pi).sum()
         right = right_mass(self.scores, h, data, log_mass)
@@ -481,8 +534,9 @@ class RankBoostModule(pl.LightningModule):
     loader at the start of the fit and kept on the device with the per-feature sort; validation
     documents likewise, so that every round's validation metric is computed in the same step. Each
     epoch runs its rounds in its first training step (the epoch's other batches do nothing), logs
-    the per-round curves to TensorBoard (``rounds/...``, x-axis = round) and the epoch's training
-    exponential loss ``prod Z_t`` and 0/1 ranking loss ``rloss_{D_1}``.
+    the per-round curves to TensorBoard (``rounds/...``, x-axis = round: the training exponential
+    loss ``prod Z_t``, the 0/1 ranking loss ``rloss_{D_1}``, ``Z_t``, ``r``, ``alpha``, the validation
+    metric) and the epoch's last values as ``train/exp_loss``, ``train/rloss``.
 
     Args:
         n_features, normalizer: from ``datamodule.model_inputs()``.
@@ -497,6 +551,9 @@ class RankBoostModule(pl.LightningModule):
             else with every round.
         ks, gain, empty, monitor: metric conventions (``metrics.functional``); ``monitor`` must be
             ``val/ndcg@k`` (the metric computed per round).
+        cpu_threads: torch threads while fitting / evaluating on CPU (None: leave as is).
+        rloss_every: log the 0/1 training ranking loss every this many rounds (and at each epoch's
+            end); the exponential loss ``prod Z_t`` is logged every round.
     """
 
     def __init__(
@@ -505,13 +562,13 @@ class RankBoostModule(pl.LightningModule):
         n_features: int,
         normalizer: FeatureNormalizer | None = None,
         rounds: int = 300,
-        rounds_per_epoch: int = 25,
-        thresholds: int = 10,
+        rounds_per_epoch: int = 50,
+        thresholds: int = 30,
         threshold_kind: str = "quantile",
         missing: float | None = None,
         q_def: str | int = "best",
         allow_negative: bool = True,
-        alpha: str = "exact",
+        alpha: str = "approx",
         smoothing: float = 1e-6,
         pair_weight: str = "pairs",
         patience: int | None = None,
@@ -520,6 +577,8 @@ class RankBoostModule(pl.LightningModule):
         gain: str = "exp2",
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
+        cpu_threads: int | None = 1,
+        rloss_every: int = 10,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]
@@ -530,8 +589,8 @@ class RankBoostModule(pl.LightningModule):
             raise ValueError(f"model.pair_weight must be one of {PAIR_WEIGHTS}, got {pair_weight!r}")
         if alpha not in ALPHAS:
             raise ValueError(f"model.alpha must be one of {ALPHAS}, got {alpha!r}")
-        if rounds < 1 or rounds_per_epoch < 1 or thresholds < 1:
-            raise ValueError("model.rounds, model.rounds_per_epoch and model.thresholds must be >= 1")
+        if min(rounds, rounds_per_epoch, thresholds, rloss_every) < 1:
+            raise ValueError("model.rounds, rounds_per_epoch, thresholds and rloss_every must be >= 1")
         name, _, k = monitor.removeprefix("val/").partition("@")
         if name not in METRIC_FUNCTIONS or not k.isdigit():
             raise ValueError(f"model.monitor must be val/ndcg@k (computed every round), got {monitor!r}")
@@ -680,6 +739,24 @@ class RankBoostModule(pl.LightningModule):
             torch.cat(feats), None if unranked[0] is None else torch.cat(unranked), rows_t, cols_t, padded_labels, mask
         )
 
+    def setup(self, stage: str) -> None:
+        """On CPU, run the stage with ``cpu_threads`` torch threads (restored in ``teardown``).
+
+        A round is a few dozen small ops: splitting each over threads costs more than it saves, and
+        on a machine whose cores are busy the threads' waits multiply the fit time (10x seen on 2
+        shared cores).
+        """
+        count = self.hparams.cpu_threads
+        if count is not None and self.trainer.strategy.root_device.type == "cpu":
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(count)
+
+    def teardown(self, stage: str) -> None:
+        previous = getattr(self, "_threads_before", None)
+        if previous is not None:
+            torch.set_num_threads(previous)
+            self._threads_before = None
+
     def on_fit_start(self) -> None:
         if self.trainer.world_size > 1:
             raise ValueError(f"RankBoost runs in one process (trainer.devices=1), not {self.trainer.world_size}")
@@ -736,21 +813,26 @@ class RankBoostModule(pl.LightningModule):
         steps = []
         for i in range(count):
             step = self.learner.round()
+            t = start + i + 1
+            if t % self.hparams.rloss_every == 0 or i == count - 1:  # a sort per call: not every round
+                step["rloss"] = ranking_loss(self.learner.scores, self.learner.data)
             self.ens_feature[start + i] = step["feature"]
             self.ens_threshold[start + i] = step["threshold"].float()
             self.ens_q_def[start + i] = step["q_def"].float()
             self.ens_alpha[start + i] = step["alpha"].float()
             steps.append(step)
         stats = {key: torch.stack([s[key] for s in steps]).float() for key in ("r", "alpha", "z", "log_loss")}
+        rloss_rounds = [i for i, s in enumerate(steps) if "rloss" in s]
+        stats["rloss"] = torch.stack([steps[i]["rloss"] for i in rloss_rounds]).float()
         curve = self._validation_curve(start, count)
         if curve is not None:
             stats["val"] = curve
         host = {key: value.cpu().tolist() for key, value in stats.items()}  # the epoch's one sync
         self.n_rounds.fill_(start + count)
         self._track_best(start, host.get("val"))
-        self._log_rounds(start, host)
+        self._log_rounds(start, host, rloss_rounds)
         self.log("train/exp_loss", math.exp(host["log_loss"][-1]), on_step=False, on_epoch=True, prog_bar=True)
-        self.log("train/rloss", self.training_rloss(), on_step=False, on_epoch=True)
+        self.log("train/rloss", host["rloss"][-1], on_step=False, on_epoch=True)
         self.log("train/rounds", float(start + count), on_step=False, on_epoch=True)
         self.optimizers().step()
         patience = self.hparams.patience
@@ -795,7 +877,7 @@ class RankBoostModule(pl.LightningModule):
         self.n_best.fill_(n_best)
         self.stale.fill_(stale)
 
-    def _log_rounds(self, start: int, host: dict[str, list[float]]) -> None:
+    def _log_rounds(self, start: int, host: dict[str, list[float]], rloss_rounds: list[int]) -> None:
         """Per-round TensorBoard curves (x-axis: the round)."""
         for logger in self.loggers:
             if not isinstance(logger, TensorBoardLogger):
@@ -809,28 +891,8 @@ class RankBoostModule(pl.LightningModule):
                 writer.add_scalar("rounds/alpha", host["alpha"][i], t)
                 if "val" in host:
                     writer.add_scalar(f"rounds/{self.monitor}", host["val"][i], t)
-
-    def training_rloss(self, chunk: int = 64) -> float:
-        """``rloss_{D_1}(H)``: the D_1-mass of crucial pairs with ``H(x1) <= H(x0)`` (ties count, as in
-        Theorem 1), over the training queries in chunks of padded ``[chunk, L, L]`` pairs."""
-        data, scores = self.learner.data, self.learner.scores
-        order = torch.argsort(data.query, stable=True)
-        counts = torch.bincount(data.query, minlength=data.n_queries)
-        offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        query_sorted = data.query[order]
-        flat = torch.stack([scores[order], data.level[order].to(scores.dtype), torch.exp(data.log_c[order])], 1)
-        total = scores.new_zeros(())
-        starts, lengths = offsets[:-1], counts
-        for first in range(0, data.n_queries, chunk):
-            batch = pad_batch(
-                flat, query_sorted.to(scores.dtype), starts[first : first + chunk], lengths[first : first + chunk]
-            )
-            s, lev, c = batch["features"].unbind(-1)
-            m = batch["mask"]
-            crucial = (lev[:, None, :] > lev[:, :, None]) & m[:, :, None] & m[:, None, :]  # [x0, x1]
-            wrong = crucial & (s[:, None, :] <= s[:, :, None])
-            total = total + (wrong.to(s.dtype) * c[:, :, None]).sum()
-        return float(total)
+            for i, value in zip(rloss_rounds, host["rloss"], strict=True):
+                writer.add_scalar("rounds/train_rloss", value, start + i + 1)
 
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Any, stage: str) -> None:

@@ -22,6 +22,7 @@ from rankers.rankboost import (
     exp_loss,
     fit_rankboost,
     prepare,
+    ranking_loss,
     weak_outputs,
 )
 
@@ -153,15 +154,25 @@ def test_queries_without_pairs_and_single_documents_change_nothing():
     )
 
 
+def test_data_without_any_pair_is_refused():
+    x = torch.rand(6, 2)
+    with pytest.raises(ValueError, match="crucial pairs"):
+        prepare(x, torch.ones(6), torch.tensor([0, 0, 0, 1, 1, 2]))
+
+
 @pytest.mark.parametrize("alpha", ["exact", "approx"])
 def test_bound_rloss_below_prod_z_and_the_exponential_loss_never_rises(alpha):
     x, y, qid = small_data(4, n_queries=6, docs=9, levels=4)
     reference, _ = reference_rankboost(x.tolist(), y.tolist(), qid.tolist(), rounds=8, alpha=alpha)
-    fitted, _ = ours(x, y, qid, 8, alpha=alpha)
+    fitted, xt = ours(x, y, qid, 8, alpha=alpha)
+    data = prepare(xt, torch.tensor(y), torch.tensor(qid))
+    h = weak_outputs(xt, None, fitted["feature"], fitted["threshold"], fitted["q_def"])
+    after = (h * fitted["alpha"]).cumsum(1)  # [N, T]: the scores after each round
     prod_z = 1.0
     for t, step in enumerate(reference):
         prod_z *= step["z"]
         assert step["rloss"] <= prod_z + 1e-12  # Theorem 1
+        assert float(ranking_loss(after[:, t], data)) == pytest.approx(step["rloss"], abs=1e-12)
         assert math.exp(float(fitted["log_loss"][t])) == pytest.approx(prod_z, rel=1e-8)
     losses = fitted["log_loss"].tolist()
     assert all(b <= a + 1e-12 for a, b in itertools.pairwise(losses))
@@ -187,6 +198,24 @@ def test_exact_alpha_minimizes_z():
     assert z_of(a) <= min(z_of(a + 1e-3), z_of(a - 1e-3), z_of(a * 0.5), z_of(a * 1.5), 1.0)
 
 
+def test_a_resumed_learner_continues_exactly():
+    """What a resumed run does: D_t is rebuilt from the training scores of the checkpointed ensemble."""
+    x, y, qid = small_data(7, levels=4)
+    xt = torch.tensor(x)
+    data = prepare(xt, torch.tensor(y), torch.tensor(qid))
+    straight = RankBoostLearner(data)
+    whole = [straight.round() for _ in range(6)]
+    first = RankBoostLearner(data)
+    head = [first.round() for _ in range(3)]
+    f, t, q, a = (torch.stack([s[key] for s in head]) for key in ("feature", "threshold", "q_def", "alpha"))
+    resumed = RankBoostLearner(data, scores=weak_outputs(xt, None, f, t, q) @ a)
+    tail = [resumed.round() for _ in range(3)]
+    for expected, got in zip(whole, head + tail, strict=True):
+        assert int(expected["feature"]) == int(got["feature"])
+        torch.testing.assert_close(expected["alpha"], got["alpha"])
+        torch.testing.assert_close(expected["log_loss"], got["log_loss"])
+
+
 def test_quantile_candidates_and_few_distinct_values():
     x = torch.tensor([[0.0, 5.0], [1.0, 5.0], [2.0, 7.0], [3.0, 5.0], [4.0, 7.0], [5.0, 5.0]])
     thresholds, order, positions, n_ranked = candidate_thresholds(x, None, count=3, kind="quantile")
@@ -210,6 +239,7 @@ SYNTHETIC = [
     "model=rankboost",
     "model.rounds=40",
     "model.rounds_per_epoch=10",
+    "model.rloss_every=5",
     "trainer.max_epochs=10",
     "callbacks.progress_bar.refresh_rate=0",
 ]
@@ -228,7 +258,9 @@ def _scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
 def test_train_py_fits_logs_rounds_and_exports_a_matching_scorer(make_cfg, tmp_path):
     run = tmp_path / "run"
     cfg = make_cfg(*SYNTHETIC, out=run, tiny=False)
+    threads = torch.get_num_threads()
     results = train(cfg)
+    assert torch.get_num_threads() == threads  # model.cpu_threads applies to the run only
     assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"] + 0.1
     scalars = _scalars(run)
     curve = sorted(scalars["rounds/train_exp_loss"])
@@ -236,6 +268,9 @@ def test_train_py_fits_logs_rounds_and_exports_a_matching_scorer(make_cfg, tmp_p
     values = [v for _, v in curve]
     assert all(b <= a * (1 + 1e-6) for a, b in itertools.pairwise(values))  # exact alpha
     assert len(scalars["rounds/val/ndcg@10"]) == 40 and "val/ndcg@10" in scalars
+    rloss = dict(scalars["rounds/train_rloss"])
+    assert sorted(rloss) == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert all(rloss[t] <= dict(curve)[t] * (1 + 1e-5) for t in rloss)  # Theorem 1
     # the exported scorer (TorchScript, ONNX) reproduces the model's scores on raw features
     datamodule = instantiate(cfg.data)
     datamodule.setup()
