@@ -38,6 +38,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from kernels import pairwise_perceptron_cpu
+
 Combine = Literal["last", "average", "weight", "vote"]
 COMBINES = ("last", "average", "weight", "vote")
 
@@ -120,6 +122,9 @@ class PairwisePerceptron:
             slots). ``1`` is the pocket perceptron; ``>=`` the number of hypotheses, the voted one.
         n_runs: R.
         device, dtype: where and in which float type the weights live (counters are int64).
+        fused: on CPU, run ``fit_pairs`` through the C++ loop of ``kernels.pairwise_perceptron_cpu``
+            (the same arithmetic, one loop per run; falls back to the tensor path where it cannot be
+            built). False forces the tensor path, the reference; ``"cpu"`` requires the kernel.
 
     State: ``weights [R, d]`` (the current hypothesis ``w^l``), ``successes [R]`` (its ``c_l``),
     ``hypotheses [R]`` (``l``), ``committee [R, K, d]``, ``counts [R, K]`` (-1 for an empty slot),
@@ -135,7 +140,11 @@ class PairwisePerceptron:
         n_runs: int = 1,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        fused: bool | Literal["cpu"] = True,
     ) -> None:
+        if fused not in (True, False, "cpu"):
+            raise ValueError(f"fused must be True, False or 'cpu'; got {fused!r}")
+        self.fused = fused
         sizes = torch.as_tensor(committee_size, dtype=torch.long).reshape(-1)
         if sizes.numel() not in (1, n_runs) or (sizes < 1).any():
             raise ValueError(f"committee_size must be >= 1, one value or one per run; got {committee_size}")
@@ -217,15 +226,36 @@ class PairwisePerceptron:
         total = torch.zeros(self.r, dtype=torch.long, device=self.device)
         features = features.to(self.device, self.dtype)
         pairs, eta, order = pairs.to(self.device), eta.to(self.device, self.dtype), order.to(self.device)
+        if self._use_kernel() and order.shape[1]:
+            state = {name: getattr(self, name) for name in ("weights", "weighted_sum", "successes", "hypotheses")}
+            state.update(committee=self._committee, counts=self._counts, births=self._births)
+            mistakes = pairwise_perceptron_cpu.stream(features, pairs, eta, order, state).sum(1)
+            self.mistakes += mistakes
+            self.seen += order.shape[1]
+            return mistakes
         for start in range(0, order.shape[1], CHUNK):
             chosen = order[:, start : start + CHUNK]  # [R, t]
             preferred, other = pairs[chosen, 0], pairs[chosen, 1]
             total += self.partial_fit(features[preferred] - features[other], eta[chosen]).sum(1)
         return total
 
+    def _use_kernel(self) -> bool:
+        """Whether ``fit_pairs`` runs the C++ loop (CPU, contiguous state, kernel built)."""
+        if not self.fused or self.device.type != "cpu":
+            if self.fused == "cpu":
+                raise RuntimeError(f"fused='cpu' needs the learner on the CPU, not {self.device}")
+            return False
+        if pairwise_perceptron_cpu.kernel() is None:
+            if self.fused == "cpu":
+                raise RuntimeError("fused='cpu': the pairwise perceptron CPU kernel cannot be built (kernels.build)")
+            return False
+        return True
+
     def _step(self, x: Tensor, eta: Tensor) -> Tensor:
         """One pair of every run: ``x [R, d]`` = ``d_i - d_j``, ``eta [R]``. Returns mistakes ``[R]``."""
-        mistake = (self.weights * x).sum(-1) <= 0  # s(d_j) >= s(d_i): a mis-ranking
+        # s(d_j) >= s(d_i): a mis-ranking. Summed in float64, so that no summation order (the fused
+        # loop's, another device's) flips a decision on a margin within rounding of 0
+        mistake = (self.weights * x).sum(-1, dtype=torch.float64) <= 0
         # the committee's minimum by (count, birth); empty slots first, locked slots never
         priority = self.births.add(self.counts, alpha=PRIORITY_SHIFT)
         lowest, slot = priority.min(-1)
@@ -237,9 +267,10 @@ class PairwisePerceptron:
         self._committee.index_put_((self._runs, target), self.weights)
         self._counts.index_put_((self._runs, target), self.successes)
         self._births.index_put_((self._runs, target), self.hypotheses)
-        closed = self.successes * mistake
-        self.weighted_sum.addcmul_(self.weights, closed.unsqueeze(-1).to(self.dtype))  # averaged perceptron
-        self.weights.addcmul_(x, (eta * mistake).unsqueeze(-1))  # w^{l+1} = w^l + eta_q (d_i - d_j)
+        # a product, then a sum, each rounded (no fused multiply-add), as the C++ loop computes them
+        closed = (self.successes * mistake).to(self.dtype).unsqueeze(-1)
+        self.weighted_sum.add_(self.weights * closed)  # the averaged perceptron's sum c_l w^l
+        self.weights.add_(x * (eta * mistake).unsqueeze(-1))  # w^{l+1} = w^l + eta_q (d_i - d_j)
         self.hypotheses += mistake
         self.successes.add_(1).mul_(~mistake)  # c_l + 1 on a success; a new hypothesis starts at 0
         return mistake

@@ -71,7 +71,7 @@ class Reference:
         saved = list(self.heap)
         if include_current:
             self.offer()
-        members = sorted((l, c, w) for c, l, w in self.heap)
+        members = sorted((birth, c, w) for c, birth, w in self.heap)
         self.heap = saved
         return members
 
@@ -119,7 +119,7 @@ def test_committee_follows_the_pseudo_code_pair_by_pair():
                 np.testing.assert_allclose(learner.weights[run].numpy(), reference.w, rtol=1e-12, atol=1e-12)
                 births, votes, weights = _tensor_committee(learner, run)
                 members = reference.committee(include_current=False)
-                assert births.tolist() == [l for l, _, _ in members]
+                assert births.tolist() == [birth for birth, _, _ in members]
                 assert votes.tolist() == [c for _, c, _ in members]
                 if members:
                     np.testing.assert_allclose(weights.numpy(), np.stack([w for _, _, w in members]), atol=1e-12)
