@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kernels import prank_cpu, prank_triton
+from kernels import pairwise_perceptron_cpu, prank_cpu, prank_triton
 
 
 def main() -> int:
@@ -24,6 +24,14 @@ def main() -> int:
     state = "cached" if cached else f"built in {time.perf_counter() - start:.0f} s"
     print(f"PRank CPU kernel: {state}: {prank_cpu.library_path()}")
     print(f"PRank Triton kernel: {prank_triton.status()}")
+    cached = pairwise_perceptron_cpu.is_built()
+    try:
+        pairwise_perceptron_cpu.load_kernel()
+    except Exception as error:
+        print(f"pairwise perceptron CPU kernel: build FAILED: {error}", file=sys.stderr)
+        return 1
+    state = "cached" if cached else "built"
+    print(f"pairwise perceptron CPU kernel: {state}: {pairwise_perceptron_cpu.library_path()}")
     return 0
 
 

@@ -1,0 +1,257 @@
+"""LightningModule for the pairwise perceptron family (Elsas, Carvalho & Carbonell): train.py's
+``model=committee_perceptron`` and ``model=pairwise_perceptron variant=plain|pocket|averaged|voted|committee``.
+
+One training epoch is one pass of the pseudo-code over every preference pair of the training
+queries, in a seeded order that changes with each pass. The batches of an epoch are collected
+(normalized as evaluation and the export normalize them, one query at a time) and the pass runs
+when the epoch's last batch arrives, so validation after each epoch sees that pass's hypotheses;
+the checkpoint callback keeps the best pass.
+
+Several runs (seeds times committee sizes) advance as one ``[R, d]`` tensor; validation scores
+every run, and the run with the best monitored metric is the one logged, tested and exported.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor, nn
+
+from datamodules.batching import Batch
+from datamodules.normalization import FeatureNormalizer
+from metrics import higher_is_better, ranking_metrics
+from rankers.base import PassLimit
+from rankers.export import export_scorer
+from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
+from rankers.scorers import LinearScorer
+
+# variant -> the read-out it is scored by (None: the configured ``combine``)
+VARIANTS = {"plain": "last", "pocket": "weight", "averaged": "average", "voted": "vote", "committee": None}
+
+
+class RankVoteScorer(nn.Module):
+    """Rank voting of a committee: features ``[..., L, F]`` -> ``[..., L]`` mean rank votes.
+
+    ``committee [K, F]`` weights and ``votes [K]`` success counts. Each member ranks the list;
+    a document scores ``sum_k c_k rank_k / sum_k c_k`` with rank counted from the bottom (ties
+    count one half), as ``rankers.pairwise_perceptron.rank_vote_scores``. O(K L^2) per list.
+    """
+
+    def __init__(self, committee: Tensor, votes: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("committee", committee.detach().float().clone())
+        self.register_buffer("votes", votes.detach().float().clone())
+
+    def forward(self, features: Tensor) -> Tensor:
+        scores = features @ self.committee.t()  # [..., L, K]
+        below = (scores.unsqueeze(-3) < scores.unsqueeze(-2)).to(scores.dtype).sum(-2)
+        equal = (scores.unsqueeze(-3) == scores.unsqueeze(-2)).to(scores.dtype).sum(-2)
+        ranks = below + 0.5 * (equal - 1.0)
+        return ranks @ (self.votes / self.votes.sum().clamp_min(1e-12))
+
+
+class PairwisePerceptronModule(PassLimit, pl.LightningModule):
+    """The pairwise perceptron (plain, pocket, averaged, voted) and the Committee Perceptron.
+
+    Args:
+        variant: ``plain``, ``pocket`` (K = 1), ``averaged``, ``voted`` (K = ``max_hypotheses``,
+            rank voting) or ``committee``.
+        n_features, normalizer: from the datamodule (the normalizer is part of the export).
+        committee_size: K for ``committee``; a list runs one committee per size in the same pass.
+        combine: the committee's rule, ``weight`` (one linear scorer) or ``vote`` (rank voting).
+        n_runs: seeds per committee size (run r uses ``seed + r``); the best run on validation is kept.
+        epochs: passes T over the pairs; the module stops the trainer after them.
+        query_balance: ``eta_q = 1 / |S_q|`` (else 1).
+        include_current: offer the running hypothesis to the committee at read-out time.
+        max_hypotheses: the voted perceptron's capacity (its committee size).
+        ks, gain, empty, monitor: as ``rankers.RankerModule``.
+    """
+
+    def __init__(
+        self,
+        variant: str = "committee",
+        *,
+        n_features: int,
+        normalizer: FeatureNormalizer | None = None,
+        committee_size: int | Sequence[int] = 20,
+        combine: str = "weight",
+        n_runs: int = 1,
+        epochs: int = 20,
+        query_balance: bool = True,
+        include_current: bool = True,
+        max_hypotheses: int = 4096,
+        seed: int = 0,
+        ks: Sequence[int] = (1, 5, 10),
+        gain: str = "exp2",
+        empty: float = 0.0,
+        monitor: str = "val/ndcg@10",
+    ) -> None:
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+        if combine not in ("weight", "vote"):
+            raise ValueError(f"combine must be 'weight' or 'vote', got {combine!r}")
+        if n_runs < 1 or epochs < 1:
+            raise ValueError(f"n_runs and epochs must be >= 1, got {n_runs} and {epochs}")
+        ks = [int(k) for k in ks]
+        sizes = [int(k) for k in (committee_size if isinstance(committee_size, Sequence) else [committee_size])]
+        self.save_hyperparameters(ignore=["normalizer"])
+        self.automatic_optimization = False
+        self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
+        self.readout = VARIANTS[variant] or combine
+        if variant == "voted":
+            sizes = [max_hypotheses]
+        elif variant != "committee":
+            sizes = [1]
+        self.runs = list(itertools.product(sizes, range(n_runs)))  # (K, seed offset) per run
+        self.learner = PairwisePerceptron(n_features, committee_size=[k for k, _ in self.runs], n_runs=len(self.runs))
+        self.seeds = [seed + offset for _, offset in self.runs]
+        self.monitor = monitor
+        self.register_buffer("selected_run", torch.zeros((), dtype=torch.long))
+        self.register_buffer("best_value", torch.tensor(float("-inf")))
+        self.val_metrics = nn.ModuleList(nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty)) for _ in self.runs)
+        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
+        if monitor.removeprefix("val/") not in self.test_metrics:
+            raise ValueError(f"monitor must be val/<one of {sorted(self.test_metrics)}>, got {monitor!r}")
+        self._epoch_batches: list[tuple[Tensor, Tensor, Tensor]] = []
+        # a no-op optimizer step marks each batch: Lightning counts steps (checkpoints, logs) by them
+        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
+
+    # -- training -------------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self.trainer.world_size > 1:
+            raise ValueError(
+                "the pairwise perceptron streams the pairs in order in one process; run it without DDP "
+                f"(trainer.devices=1), not on {self.trainer.world_size} processes"
+            )
+        self.check_passes(self.hparams.epochs)
+        self.learner.to(self.device)
+
+    def on_train_start(self) -> None:
+        self.best_value.fill_(float("-inf"))  # forget the sanity check of the untrained learner
+
+    def training_step(self, batch: Batch, batch_idx: int) -> None:
+        mask = batch["mask"]
+        self._epoch_batches.append((self.normalizer(batch["features"], mask), batch["labels"], mask))
+        self.optimizers().step()
+        if batch_idx + 1 >= self.trainer.num_training_batches:
+            self._run_pass()
+
+    def _run_pass(self) -> None:
+        """Every pair of the epoch's queries, each run in its own seeded order for this pass."""
+        features, pairs, eta = self._pair_stream(self._epoch_batches)
+        self._epoch_batches = []
+        order = pass_orders(len(pairs), self.seeds, self.current_epoch, device=self.device)
+        mistakes = self.learner.fit_pairs(features, pairs, eta, order)
+        pairs_count = max(1, len(pairs))
+        # per pass (a pass is one step): the fraction of pairs mis-ranked while streaming, over the runs
+        self.log("train/mistake_rate", mistakes.float().mean() / pairs_count, on_step=True, prog_bar=True)
+        self.log("train/pairs", float(len(pairs)), on_step=True)
+        self.log("train/hypotheses", self.learner.hypotheses.float().mean(), on_step=True)
+
+    @staticmethod
+    def _pair_stream(batches: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+        """``features [N, d]`` (every padded slot of the batches), ``pairs [P, 2]`` indices into
+        them (preferred first) and ``eta [P]``: the preference pairs of every query."""
+        flat, pairs, etas, offset = [], [], [], 0
+        for features, labels, mask in batches:
+            found, eta = preference_pairs(labels, mask)
+            width = labels.shape[1]
+            base = offset + found[:, 0] * width
+            pairs.append(torch.stack([base + found[:, 1], base + found[:, 2]], 1))
+            etas.append(eta)
+            flat.append(features.reshape(-1, features.shape[-1]))
+            offset += features.shape[0] * width
+        return torch.cat(flat), torch.cat(pairs), torch.cat(etas)
+
+    def on_train_epoch_end(self) -> None:
+        self.stop_after(self.hparams.epochs)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([self.step_marker], lr=0.0)
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def on_validation_start(self) -> None:
+        self.learner.to(self.device)
+
+    def on_test_start(self) -> None:
+        self.learner.to(self.device)
+
+    def run_scores(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Every run's scores ``[R, B, L]`` of raw features ``[B, L, F]`` under the read-out."""
+        normalized = self.normalizer(features, mask)
+        return self.learner.scores(normalized, mask, self.readout, include_current=self.hparams.include_current)
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The selected run's scores ``[B, L]`` of raw features ``[B, L, F]``."""
+        return self.run_scores(features, mask)[self.selected_run]
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        scores = self.run_scores(batch["features"], batch["mask"])
+        for run, metrics in enumerate(self.val_metrics):
+            for metric in metrics.values():
+                metric.update(scores[run], batch["labels"], batch["mask"])
+
+    def on_validation_epoch_end(self) -> None:
+        name = self.monitor.removeprefix("val/")
+        values = [{key: metric.compute() for key, metric in metrics.items()} for metrics in self.val_metrics]
+        for metrics in self.val_metrics:
+            for metric in metrics.values():
+                metric.reset()
+        sign = 1.0 if higher_is_better(name) else -1.0
+        monitored = torch.stack([value[name] for value in values]) * sign
+        self.selected_run.fill_(int(monitored.argmax()))
+        chosen = values[int(self.selected_run)]
+        for key, value in chosen.items():
+            self.log(f"val/{key}", value, prog_bar=key == name)
+        self.best_value.fill_(max(float(self.best_value), float(monitored.max())))
+        self.log(f"{self.monitor}_best", self.best_value * sign, prog_bar=True)
+        if len(self.runs) > 1:
+            self.log("val/selected_run", self.selected_run.float())
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        scores = self(batch["features"], batch["mask"])
+        for name, metric in self.test_metrics.items():
+            metric.update(scores, batch["labels"], batch["mask"])
+            self.log(f"test/{name}", metric, on_epoch=True, batch_size=batch["mask"].shape[0])
+
+    # -- checkpoints and export -----------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["pairwise_perceptron"] = {k: v.cpu() for k, v in self.learner.state_dict().items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.learner.load_state_dict(checkpoint["pairwise_perceptron"])
+
+    def scorer_for(self, readout: str) -> nn.Module:
+        """The selected run's scorer ``[..., L, F] -> [..., L]`` on normalized features: a
+        ``LinearScorer`` (bias 0) for linear read-outs, a ``RankVoteScorer`` for ``vote``."""
+        run, include = int(self.selected_run), self.hparams.include_current
+        if readout == "vote":
+            committee, votes = self.learner.members(include_current=include)
+            keep = votes[run] > 0  # empty and zero-count members vote nothing
+            return RankVoteScorer(committee[run][keep].cpu(), votes[run][keep].cpu())
+        weights = self.learner.linear_weights(readout, include_current=include)[run].detach().float().cpu()
+        scorer = LinearScorer(len(weights))
+        with torch.no_grad():
+            scorer.linear.weight.copy_(weights[None])
+            scorer.linear.bias.zero_()
+        return scorer
+
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """``scorer.pt`` / ``scorer.onnx`` of the configured read-out; a committee also exports its
+        other rule under ``weight/`` or ``vote/`` (same files)."""
+        normalizer = self.normalizer.cpu()
+        exported = export_scorer(normalizer, self.scorer_for(self.readout), out_dir, self.hparams.n_features)
+        if self.hparams.variant == "committee":
+            other = "vote" if self.readout == "weight" else "weight"
+            extra = export_scorer(normalizer, self.scorer_for(other), Path(out_dir) / other, self.hparams.n_features)
+            exported.update({f"{other}_{key}": path for key, path in extra.items()})
+        return exported
+
+
+__all__ = ["VARIANTS", "PairwisePerceptronModule", "RankVoteScorer", "rank_vote_scores"]

@@ -1,0 +1,148 @@
+"""model=committee_perceptron / pairwise_perceptron under train.py, its export, and the fused CPU loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from hydra.utils import instantiate
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from datamodules.letor_io import read_letor
+from kernels import pairwise_perceptron_cpu
+from metrics.functional import ndcg
+from rankers.committee_perceptron import PairwisePerceptronModule, RankVoteScorer
+from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
+from rankers.pipeline import train
+
+DATA = [
+    "data.n_train_queries=60",
+    "data.n_val_queries=20",
+    "data.n_test_queries=20",
+    "data.mean_docs=10",
+    "data.num_features=6",
+    "data.batch_size=16",
+    "trainer.log_every_n_steps=1",
+    "callbacks.progress_bar.refresh_rate=0",
+]
+
+
+def _scalars(run_dir) -> dict[str, list[float]]:
+    values: dict[str, list[float]] = {}
+    for events in (run_dir / "tensorboard").glob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            values.setdefault(tag, []).extend(event.value for event in accumulator.Scalars(tag))
+    return values
+
+
+def _exported_scores(path, data) -> list[np.ndarray]:
+    scorer = torch.jit.load(str(path))
+    return [
+        scorer(torch.from_numpy(data.features[a:b])).detach().numpy()
+        for a, b in zip(data.offsets[:-1], data.offsets[1:], strict=True)
+    ]
+
+
+def _mean_ndcg(per_query_scores, data) -> float:
+    values = [
+        float(ndcg(torch.from_numpy(s)[None].float(), torch.from_numpy(data.labels[a:b])[None].float(), k=10))
+        for s, a, b in zip(per_query_scores, data.offsets[:-1], data.offsets[1:], strict=True)
+    ]
+    return float(np.mean(values))
+
+
+@pytest.mark.parametrize("combine", ["weight", "vote"])
+def test_committee_trains_exports_and_the_export_reproduces_the_test_metrics(make_cfg, tmp_path, combine):
+    out = tmp_path / "run"
+    cfg = make_cfg(
+        "model=committee_perceptron",
+        f"model.combine={combine}",
+        "model.committee_size=5",
+        "model.epochs=2",
+        *DATA,
+        out=out,
+        tiny=False,
+    )
+    results = train(cfg)
+    assert results["epochs"] == 2
+    assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"] + 0.05
+    scalars = _scalars(out)
+    assert len(scalars["val/ndcg@10"]) >= 2 and len(scalars["train/mistake_rate"]) == 2  # one point per pass
+    datamodule = instantiate(cfg.data)
+    datamodule.setup()
+    test = read_letor(datamodule.paths["test"])
+    scripted = _exported_scores(out / "export" / "scorer.pt", test)
+    assert _mean_ndcg(scripted, test) == pytest.approx(results["test"]["ndcg@10"], abs=1e-5)
+    session = onnxruntime.InferenceSession(str(out / "export" / "scorer.onnx"))
+    for (a, b), expected in zip(zip(test.offsets[:-1], test.offsets[1:], strict=True), scripted, strict=True):
+        (onnx,) = session.run(None, {"features": test.features[a:b].astype(np.float32)})
+        np.testing.assert_allclose(onnx, expected, rtol=1e-5, atol=1e-5)
+    # the other combination rule is exported beside it, and reproduces the module's read-out
+    other = "vote" if combine == "weight" else "weight"
+    # (the normalizer's kind is a constructor argument, not a buffer: pass the datamodule's)
+    module = PairwisePerceptronModule.load_from_checkpoint(
+        results["best_checkpoint"], normalizer=datamodule.build_normalizer()
+    )
+    module.readout = other
+    for (a, b), exported in zip(
+        zip(test.offsets[:-1], test.offsets[1:], strict=True),
+        _exported_scores(out / "export" / other / "scorer.pt", test),
+        strict=True,
+    ):
+        inside = module(torch.from_numpy(test.features[a:b])[None])[0].detach().numpy()
+        np.testing.assert_allclose(exported, inside, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["plain", "pocket", "averaged", "voted"])
+def test_every_variant_trains_from_the_config(make_cfg, tmp_path, variant):
+    out = tmp_path / variant
+    overrides = ["model=pairwise_perceptron", f"model.variant={variant}", "model.epochs=2", *DATA]
+    cfg = make_cfg(*overrides, out=out, tiny=False)
+    results = train(cfg)
+    assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"] + 0.05
+    assert (out / "export" / "scorer.onnx").exists()
+
+
+def test_the_best_pass_is_kept_and_restored(make_cfg, tmp_path):
+    out = tmp_path / "run"
+    cfg = make_cfg("model=committee_perceptron", "model.epochs=4", "model.n_runs=3", *DATA, out=out, tiny=False)
+    results = train(cfg)
+    best = max(_scalars(out)["val/ndcg@10"])
+    assert results["val"]["ndcg@10"] == pytest.approx(best, abs=1e-6)
+    module = PairwisePerceptronModule.load_from_checkpoint(results["best_checkpoint"])
+    assert module.learner.hypotheses.shape == (3,) and int(module.learner.seen[0]) > 0
+
+
+def test_rank_vote_module_matches_the_functional_rule():
+    generator = torch.Generator().manual_seed(0)
+    committee, votes = torch.randn(4, 6, generator=generator), torch.tensor([3.0, 0.0, 1.0, 5.0])
+    features = torch.randn(2, 9, 6, generator=generator)
+    features[0, 3] = features[0, 5]  # a tie
+    expected = rank_vote_scores(features @ committee.t(), votes[None])
+    torch.testing.assert_close(RankVoteScorer(committee, votes)(features), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_cpu_loop_gives_the_tensor_paths_committee(dtype):
+    if pairwise_perceptron_cpu.kernel() is None:
+        pytest.skip("no C++ toolchain: the tensor path is the only path")
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(25 * 8, 12, generator=generator)
+    labels = torch.randint(0, 4, (25, 8), generator=generator).float()
+    found, eta = preference_pairs(labels)
+    pairs = torch.stack([found[:, 0] * 8 + found[:, 1], found[:, 0] * 8 + found[:, 2]], 1)
+    sizes, seeds = [1, 6, 300], [3, 4, 5]
+    tensor = PairwisePerceptron(12, committee_size=sizes, n_runs=3, dtype=dtype, fused=False)
+    fused = PairwisePerceptron(12, committee_size=sizes, n_runs=3, dtype=dtype, fused="cpu")
+    for epoch in range(2):
+        order = pass_orders(len(pairs), seeds, epoch)
+        assert torch.equal(tensor.fit_pairs(features, pairs, eta, order), fused.fit_pairs(features, pairs, eta, order))
+    for name in ("counts", "births", "successes", "hypotheses", "mistakes", "seen"):
+        assert torch.equal(getattr(tensor, name), getattr(fused, name)), name
+    # the same decisions, and the same elementwise arithmetic (each product and sum rounded, no
+    # fused multiply-add): the states are equal bit for bit, only the margins' summation order differs
+    for name in ("committee", "weights", "weighted_sum"):
+        assert torch.equal(getattr(tensor, name), getattr(fused, name)), name
