@@ -11,28 +11,26 @@ import sys
 import time
 
 from kernels import pairwise_perceptron_cpu, prank_cpu, prank_triton
+from kernels._cpp import CppKernel
+
+
+def _build(kernel: CppKernel) -> bool:
+    start = time.perf_counter()
+    cached = kernel.is_built()
+    try:
+        kernel.load_kernel()
+    except Exception as error:
+        print(f"{kernel.label}: build FAILED: {error}", file=sys.stderr)
+        return False
+    state = "cached" if cached else f"built in {time.perf_counter() - start:.0f} s"
+    print(f"{kernel.label}: {state}: {kernel.library_path()}")
+    return True
 
 
 def main() -> int:
-    start = time.perf_counter()
-    cached = prank_cpu.is_built()
-    try:
-        prank_cpu.load_kernel()
-    except Exception as error:
-        print(f"PRank CPU kernel: build FAILED: {error}", file=sys.stderr)
-        return 1
-    state = "cached" if cached else f"built in {time.perf_counter() - start:.0f} s"
-    print(f"PRank CPU kernel: {state}: {prank_cpu.library_path()}")
+    built = [_build(kernel) for kernel in (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL)]
     print(f"PRank Triton kernel: {prank_triton.status()}")
-    cached = pairwise_perceptron_cpu.is_built()
-    try:
-        pairwise_perceptron_cpu.load_kernel()
-    except Exception as error:
-        print(f"pairwise perceptron CPU kernel: build FAILED: {error}", file=sys.stderr)
-        return 1
-    state = "cached" if cached else "built"
-    print(f"pairwise perceptron CPU kernel: {state}: {pairwise_perceptron_cpu.library_path()}")
-    return 0
+    return 0 if all(built) else 1
 
 
 if __name__ == "__main__":

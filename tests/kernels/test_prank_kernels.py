@@ -168,34 +168,34 @@ def test_forced_kernel_that_is_unavailable_is_an_error(monkeypatch):
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
     """An empty build cache and a loader that has not tried yet."""
-    monkeypatch.setattr(prank_cpu, "build_directory", lambda: tmp_path)
-    monkeypatch.setattr(prank_cpu, "_KERNEL", None)
-    monkeypatch.setattr(prank_cpu, "_TRIED", False)
+    monkeypatch.setattr(prank_cpu.KERNEL, "build_directory", lambda: tmp_path)
+    monkeypatch.setattr(prank_cpu.KERNEL, "_module", None)
+    monkeypatch.setattr(prank_cpu.KERNEL, "_tried", False)
     return tmp_path
 
 
 def test_first_use_says_it_compiles(fresh_build, monkeypatch, capsys):
     compiled = []
-    monkeypatch.setattr(prank_cpu, "_compile", lambda: compiled.append(1) or "module")
-    assert prank_cpu.load_kernel() == "module"
-    assert compiled and prank_cpu.COMPILE_MESSAGE in capsys.readouterr().err
+    monkeypatch.setattr(prank_cpu.KERNEL, "_compile", lambda: compiled.append(1) or "module")
+    assert prank_cpu.KERNEL.load_kernel() == "module"
+    assert compiled and prank_cpu.KERNEL.compile_message in capsys.readouterr().err
 
 
 def test_a_cached_build_loads_silently_without_compiling(monkeypatch, capsys):
     needs("cpu")  # the real cache is built now
-    monkeypatch.setattr(prank_cpu, "_compile", lambda: pytest.fail("compiled although cached"))
-    module = prank_cpu.load_kernel()
+    monkeypatch.setattr(prank_cpu.KERNEL, "_compile", lambda: pytest.fail("compiled although cached"))
+    module = prank_cpu.KERNEL.load_kernel()
     assert hasattr(module, "prank_stream")
     assert capsys.readouterr().err == ""
 
 
 def test_extension_name_follows_the_source(monkeypatch, tmp_path):
     source = tmp_path / "prank_cpu.cpp"
-    source.write_text(prank_cpu.SOURCE.read_text())
-    monkeypatch.setattr(prank_cpu, "SOURCE", source)
-    before = prank_cpu.extension_name()
-    source.write_text(prank_cpu.SOURCE.read_text() + "\n// changed\n")
-    assert prank_cpu.extension_name() != before
+    source.write_text(prank_cpu.KERNEL.source.read_text())
+    monkeypatch.setattr(prank_cpu.KERNEL, "source", source)
+    before = prank_cpu.KERNEL.extension_name()
+    source.write_text(source.read_text() + "\n// changed\n")
+    assert prank_cpu.KERNEL.extension_name() != before
     assert before.startswith("ltr_prank_cpu_")
 
 
