@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--negatives", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-links", action="store_true", help="inverse-cloze examples only (an ablation)")
+    parser.add_argument("--freeze", default="", help="factors kept at 1, e.g. idf or tf,len")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     datamodule = WikipediaDataModule(
@@ -67,7 +68,9 @@ def main() -> None:
     )
     datamodule.setup()
     model = LinkLearnModule(**datamodule.model_inputs(), margin=args.margin, regularization=args.regularization)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    for factor in filter(None, args.freeze.split(",")):
+        getattr(model.term_weight, f"{factor}_mlp").requires_grad_(False)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     collections = [read_collection(c) for c in args.collection]
     bm25 = [evaluate(bm25_scores(c.documents, c.queries, k1=1.2, b=0.75), c.labels)["map"] for c in collections]
     examples = datamodule.train_dataloader()

@@ -173,7 +173,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         b: float = 0.75,
         idf_power: float = 0.75,
         margin: float = 0.5,
-        regularization: float = 1.0,
+        regularization: float = 100.0,
         optimizer: Any = None,
         monitor: str = "val/map",
         epochs: int = 10,
