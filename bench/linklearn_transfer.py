@@ -48,6 +48,7 @@ def trained_model(dump: Path, work: Path, overrides: list[str]) -> LinkLearnModu
         f"BM25 {val['map_bm25']:.4f}; {results['epochs']} epochs, {results['fit_seconds']:.0f} s, "
         f"kept {Path(results['best_checkpoint']).name}"
     )
+    print("# validation by kind: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(val.items()) if k.startswith("map_")))
     model = LinkLearnModule(**{k: v for k, v in cfg.model.items() if k not in ("_target_", "optimizer")})
     model.load_state_dict(torch.load(results["best_checkpoint"], weights_only=True)["state_dict"])
     return model

@@ -41,7 +41,9 @@ from retrieval.sparse import csr_contains, entry_index, inverted_index, rank, sp
 from retrieval.terms import TOKENIZER, Corpus
 
 STARTS = {"bm25": 0, "tfidf": 1, "ones": 2}
-VALIDATION_KINDS = {"document": 0, "title": 1, "lead": 2}
+# validation queries: the article, its title or its lead sentence with its links relevant (the paper's
+# task); "cloze": its lead sentence with the article itself relevant, every article without its lead
+VALIDATION_KINDS = {"document": 0, "title": 1, "lead": 2, "cloze": 3}
 
 
 class Correction(nn.Module):
@@ -156,6 +158,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         hidden: hidden units of each MLP; start, k1, b, idf_power: the start (``TermWeight``).
         margin: hinge margin relative to the start's sim(q, l+); regularization: weight of the
             penalty pulling each ``log MLP_k`` to 0; epochs: training passes after the start's epoch 0.
+        validation: the query kinds ``val/map`` averages (``VALIDATION_KINDS``); each is logged.
     """
 
     def __init__(
@@ -170,21 +173,27 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         b: float = 0.75,
         idf_power: float = 0.75,
         margin: float = 0.5,
-        regularization: float = 1.0,
+        regularization: float = 100.0,
         optimizer: Any = None,
         monitor: str = "val/map",
         epochs: int = 10,
+        validation: tuple[str, ...] | list[str] = ("document", "title", "lead"),
     ) -> None:
         super().__init__()
         # plain floats: a Hydra DictConfig in the hyperparameters cannot be unpickled with weights_only
         bm25 = {"k1": float((bm25 or {}).get("k1", 1.2)), "b": float((bm25 or {}).get("b", 0.75))}
+        unknown = set(validation) - set(VALIDATION_KINDS)
+        if unknown or not validation:
+            raise ValueError(f"model.validation: {sorted(unknown) or 'empty'}; choose among {sorted(VALIDATION_KINDS)}")
+        validation = [str(kind) for kind in validation]
         self.save_hyperparameters(ignore=["optimizer", "task", "collection"])
         self.term_weight = TermWeight(hidden, start=start, k1=k1, b=b, idf_power=idf_power)
         self.margin, self.regularization, self.monitor = margin, regularization, monitor
         self.optimizer_factory = optimizer
         self.task, self.collection = task, collection
         self.bm25 = bm25
-        self.val_maps = nn.ModuleList([MeanMetric() for _ in VALIDATION_KINDS])
+        self.validation_kinds = {name: VALIDATION_KINDS[name] for name in validation}
+        self.val_maps = nn.ModuleList([MeanMetric() for _ in self.validation_kinds])
         self.corpus: dict[str, Tensor] | None = None
         self.baselines: dict[str, float] | None = None  # val MAP of the start and of BM25, computed once
 
@@ -236,29 +245,42 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
             run = slice(bounds[block], bounds[block + 1])
             return owner[run] - block * n, term[run], values[run]
 
-        sims = [pair_similarity(side(0, weight), side(j + 1, weight), n, self.vocabulary_size) for j in range(width)]
-        start_sims = [pair_similarity(side(0, start), side(1, start), n, self.vocabulary_size)]
-        sims_t = torch.stack(sims, 1)  # [B, 1 + K]
-        scale = start_sims[0].detach().clamp_min(1e-6).unsqueeze(1)  # the start's sim(q, l+)
-        relative = sims_t / scale
-        hinge = linklearn_hinge(
-            relative[:, :1].expand(-1, width - 1).flatten(), relative[:, 1:].flatten(), margin=self.margin
-        )
+        sims = torch.stack(
+            [pair_similarity(side(0, weight), side(j + 1, weight), n, self.vocabulary_size) for j in range(width)], 1
+        )  # [B, 1 + K]
+        with torch.no_grad():
+            start_sims = torch.stack(
+                [pair_similarity(side(0, start), side(j + 1, start), n, self.vocabulary_size) for j in range(width)], 1
+            )
+        # the margin is relative to the start's best similarity among the example's candidates (relative
+        # sims start at most 1: no example dominates). An l+ that shares no term with the query has
+        # sim 0 under every f: such an example cannot be won and is left out (dividing by its zero
+        # sim(q, l+), as before, made these examples dominate and taught f to shrink every weight)
+        scale = start_sims.max(1).values
+        usable = start_sims[:, 0] > 0
+        relative = sims[usable] / scale[usable].unsqueeze(1)
+        positive, negatives = relative[:, :1].expand(-1, width - 1).flatten(), relative[:, 1:].flatten()
+        hinges = linklearn_hinge(positive, negatives, margin=self.margin, reduction="none")
+        hinge = hinges.mean() if len(hinges) else sims.sum() * 0
         penalty = sum(c.square().mean() for c in self.term_weight.log_corrections(corpus))
-        violated = (sims_t[:, :1] - sims_t[:, 1:] < 0).float().mean()
-        return hinge + self.regularization * penalty, {"hinge": hinge, "penalty": penalty, "violations": violated}
+        violated = (sims[:, :1] - sims[:, 1:] < 0).float().mean()
+        parts = {"hinge": hinge, "penalty": penalty, "violations": violated, "usable": usable.float().mean()}
+        return hinge + self.regularization * penalty, parts
 
     # -- validation: each validation article (or its title, or its lead) is a query, its links relevant
     def _validation_scores(self, queries: Tensor, kind: int, *, model: str) -> Tensor:
         corpus, n = self._attach(), self.task.n_docs
         val_docs = self.task.val_docs.to(self.device)
+        cloze = kind == VALIDATION_KINDS["cloze"]
+        doc_rows = self.task.rest_rows(val_docs) if cloze else val_docs
+        query_rows = (VALIDATION_KINDS["lead"] if cloze else kind) * n + queries
         if model == "bm25":
-            matrices = [self._bm25_matrix(val_docs, query=False), self._bm25_matrix(kind * n + queries, query=True)]
+            matrices = [self._bm25_matrix(doc_rows, query=False), self._bm25_matrix(query_rows, query=True)]
         else:
             corrected = model == "linklearn"
             matrices = [
                 weight_matrix(self.term_weight, corpus, rows, self.vocabulary_size, corrected=corrected)
-                for rows in (val_docs, kind * n + queries)
+                for rows in (doc_rows, query_rows)
             ]
         return rank(inverted_index(matrices[0]), matrices[1])
 
@@ -272,22 +294,23 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
             tf = bm25_term_weight(tf, length, idf, 1.0, k1=self.bm25["k1"], b=self.bm25["b"])
         return sparse_rows(owner, term, tf.float(), (len(rows), self.vocabulary_size))
 
-    def _average_precision(self, scores: Tensor, queries: Tensor) -> Tensor:
+    def _average_precision(self, scores: Tensor, queries: Tensor, kind: int) -> Tensor:
         val_docs = self.task.val_docs.to(self.device)
+        itself = val_docs.unsqueeze(0) == queries.unsqueeze(1)
+        if kind == VALIDATION_KINDS["cloze"]:  # the article (without the query sentence) is the one answer
+            return average_precision(scores, itself.float(), torch.ones_like(itself))
         relevant = csr_contains(*self.graph, queries, val_docs).float()
-        mask = val_docs.unsqueeze(0) != queries.unsqueeze(1)  # an article does not retrieve itself
-        return average_precision(scores, relevant, mask)
+        return average_precision(scores, relevant, ~itself)  # an article does not retrieve itself
 
     def validation_step(self, queries: Tensor, batch_idx: int) -> None:
         queries = queries.to(self.device)
         with torch.no_grad():
-            for kind, metric in enumerate(self.val_maps):
-                metric.update(
-                    self._average_precision(self._validation_scores(queries, kind, model="linklearn"), queries)
-                )
+            for kind, metric in zip(self.validation_kinds.values(), self.val_maps):
+                scores = self._validation_scores(queries, kind, model="linklearn")
+                metric.update(self._average_precision(scores, queries, kind))
 
     def on_validation_epoch_end(self) -> None:
-        maps = {name: float(metric.compute()) for name, metric in zip(VALIDATION_KINDS, self.val_maps)}
+        maps = {name: float(metric.compute()) for name, metric in zip(self.validation_kinds, self.val_maps)}
         for metric in self.val_maps:
             metric.reset()
         if self.baselines is None:
@@ -299,16 +322,16 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
             self.log(f"val/{name}", value)
 
     def _baselines(self) -> dict[str, float]:
-        """Validation MAP (mean over the three query kinds) of the untrained start and of BM25."""
+        """Validation MAP (mean over the validation query kinds) of the untrained start and of BM25."""
         queries = self.task.val_queries.to(self.device)
         out = {}
         with torch.no_grad():
             for model in ("start", "bm25"):
                 per_kind = []
-                for kind in VALIDATION_KINDS.values():
+                for kind in self.validation_kinds.values():
                     ap = torch.cat(
                         [
-                            self._average_precision(self._validation_scores(chunk, kind, model=model), chunk)
+                            self._average_precision(self._validation_scores(chunk, kind, model=model), chunk, kind)
                             for chunk in queries.split(128)
                         ]
                     )

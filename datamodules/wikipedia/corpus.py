@@ -1,7 +1,8 @@
 """A dump as a hyperlinked corpus: term statistics, pseudo-queries, the link graph, and a parse cache.
 
 One streaming pass keeps, per main-namespace article, its bag of words, two short pseudo-queries
-(its title and its lead sentence, over the same vocabulary) and its link targets; never its text.
+(its title and its lead sentence, over the same vocabulary), the bags of up to ``SENTENCES`` of its
+sentences (self-supervised "inverse cloze" queries) and its link targets; never its text.
 Links are resolved through redirects (up to 5 hops) into an undirected graph between articles.
 """
 
@@ -19,16 +20,20 @@ from datamodules.wikipedia.dump import WikipediaFormatError, iter_pages
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
 from retrieval.terms import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 LEAD_TOKENS = 40  # a lead sentence longer than this is cut: a pseudo-query stays short
+SENTENCES = 8  # sentences kept per article as inverse-cloze queries (the first ones of MIN_TOKENS or more)
+MIN_TOKENS = 5  # shorter pieces are headings, list items or abbreviations' fragments, not sentences
 
 
 @dataclass
 class LinkedCorpus:
     """Articles as term statistics, their pseudo-queries and the undirected link graph ``edges [E, 2]`` (i < j).
 
-    ``titles`` and ``leads`` are corpora over ``corpus.vocabulary`` with one row per article.
+    ``titles`` and ``leads`` are corpora over ``corpus.vocabulary`` with one row per article;
+    ``sentences`` one row per kept sentence (at most ``LEAD_TOKENS`` tokens each, every one a
+    sub-multiset of its article's tokens), ``sentence_owner [S]`` its article, ascending.
     """
 
     corpus: Corpus
@@ -37,6 +42,8 @@ class LinkedCorpus:
     names: list[str]
     edges: np.ndarray
     statistics: dict[str, int]
+    sentences: Corpus
+    sentence_owner: np.ndarray
 
 
 def lead_sentence(text: str) -> str:
@@ -46,11 +53,27 @@ def lead_sentence(text: str) -> str:
     return text[: end.end()] if end else text
 
 
+def sentences(text: str, *, limit: int = SENTENCES, min_tokens: int = MIN_TOKENS) -> list[list[str]]:
+    """Tokens of the first ``limit`` sentences of ``text`` with at least ``min_tokens`` tokens, each cut
+    to ``LEAD_TOKENS``: ``[[token, ...], ...]``. Splits at ``.!?`` followed by white space, as
+    ``lead_sentence``; a token never spans two sentences, so every list is part of ``tokenize(text)``."""
+    out, begin = [], 0
+    for end in [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]:
+        tokens = tokenize(text[begin:end])
+        begin = end
+        if len(tokens) >= min_tokens:
+            out.append(tokens[:LEAD_TOKENS])
+            if len(out) == limit:
+                break
+    return out
+
+
 def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCorpus:
     """Stream the dump once: tokens, title and lead sentence per article, link targets, redirects;
     then resolve the links. Counts of what was kept and skipped are in ``statistics``."""
-    builder, titles, leads = CorpusBuilder(), CorpusBuilder(), CorpusBuilder()
-    titles.vocabulary = leads.vocabulary = builder.vocabulary  # one growing vocabulary for all three
+    builder, titles, leads, pieces = CorpusBuilder(), CorpusBuilder(), CorpusBuilder(), CorpusBuilder()
+    titles.vocabulary = leads.vocabulary = pieces.vocabulary = builder.vocabulary  # one growing vocabulary
+    owners: list[int] = []
     names: list[str] = []
     targets: list[list[str]] = []
     redirects: dict[str, str] = {}
@@ -75,6 +98,9 @@ def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCo
             builder.add(tokenize(text))
             titles.add(tokenize(item.title))
             leads.add(tokenize(lead_sentence(text))[:LEAD_TOKENS])
+            for tokens in sentences(text):
+                pieces.add(tokens)
+                owners.append(len(names) - 1)
     counts["articles"] = len(names)
     if not names:
         raise WikipediaFormatError(f"{path}: no main-namespace articles")
@@ -83,7 +109,17 @@ def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCo
     if len(edges) == 0:
         raise WikipediaFormatError(f"{path}: no links between its {len(names)} articles")
     size = len(builder.vocabulary)
-    return LinkedCorpus(builder.build(), titles.build(size), leads.build(size), names, edges, counts)
+    counts["sentences"] = len(owners)
+    return LinkedCorpus(
+        builder.build(),
+        titles.build(size),
+        leads.build(size),
+        names,
+        edges,
+        counts,
+        pieces.build(size),
+        np.asarray(owners, dtype=np.int64),
+    )
 
 
 def resolve_links(
@@ -129,7 +165,8 @@ def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_article
     partial = cached.with_name(cached.name + ".partial.npz")
     extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
     extra["names"] = np.frombuffer("\n".join(linked.names).encode(), np.uint8)
-    for name, queries in (("titles", linked.titles), ("leads", linked.leads)):
+    extra["sentence_owner"] = linked.sentence_owner
+    for name, queries in (("titles", linked.titles), ("leads", linked.leads), ("sentences", linked.sentences)):
         extra.update({f"{name}_offsets": queries.offsets, f"{name}_term_ids": queries.term_ids})
         extra.update({f"{name}_tfs": queries.tfs, f"{name}_lengths": queries.lengths})
     save_corpus(partial, linked.corpus, **extra)
@@ -147,7 +184,7 @@ def _load(cached: Path) -> LinkedCorpus:
             extra[f"{name}_lengths"],
             corpus.vocabulary,
         )
-        for name in ("titles", "leads")
+        for name in ("titles", "leads", "sentences")
     }
     return LinkedCorpus(
         corpus,
@@ -156,7 +193,9 @@ def _load(cached: Path) -> LinkedCorpus:
         extra["names"].tobytes().decode().split("\n"),
         extra["edges"],
         json.loads(extra["statistics"].tobytes().decode()),
+        queries["sentences"],
+        extra["sentence_owner"],
     )
 
 
-__all__ = ["LinkedCorpus", "lead_sentence", "load_or_parse", "parse_dump", "resolve_links"]
+__all__ = ["LinkedCorpus", "lead_sentence", "load_or_parse", "parse_dump", "resolve_links", "sentences"]

@@ -32,6 +32,8 @@ class WikipediaDataModule(pl.LightningDataModule):
         query_kinds: what stands for the query of a training example: ``document`` (the paper: the
             whole article d), ``title``, ``lead`` (its first sentence); one is drawn per example.
         negatives: l- per example; hard_negatives: how many of them are BM25's best non-linked articles.
+        cloze: inverse-cloze examples per training article and epoch, besides the link examples (a
+            sentence of d the query, d without it l+, other articles l-; 0: links only).
         max_val_queries: validation articles used as queries (every validation article is ranked).
         adhoc_dir: an ad-hoc collection (``docs.tsv``, ``queries.tsv``, ``qrels.txt``) ranked after training.
         bm25_k1, bm25_b: Okapi BM25's parameters, the baseline on validation and on that collection.
@@ -50,6 +52,7 @@ class WikipediaDataModule(pl.LightningDataModule):
         query_kinds: Sequence[str] = ("document", "title", "lead"),
         negatives: int = 4,
         hard_negatives: int = 0,
+        cloze: int = 0,
         max_val_queries: int = 500,
         adhoc_dir: str | None = None,
         bm25_k1: float = 1.2,
@@ -71,6 +74,9 @@ class WikipediaDataModule(pl.LightningDataModule):
         self.val_fraction, self.batch_size, self.max_val_queries = val_fraction, batch_size, max_val_queries
         self.query_kinds = tuple(QUERY_KINDS[kind] for kind in query_kinds)
         self.negatives, self.hard_negatives = negatives, hard_negatives
+        if cloze < 0:
+            raise ValueError(f"data.cloze must be >= 0, got {cloze}")
+        self.cloze = cloze
         self.adhoc_dir, self.data_seed = adhoc_dir, data_seed
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
         self.task: LinkTask | None = None
@@ -128,6 +134,8 @@ class WikipediaDataModule(pl.LightningDataModule):
             hard_negatives=self.hard_negatives,
             batch_size=self.batch_size,
             seed=self.data_seed,
+            sentence_owner=task.sentence_owner,
+            cloze=self.cloze,
         )
 
     def val_dataloader(self) -> DataLoader:

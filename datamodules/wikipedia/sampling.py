@@ -6,6 +6,11 @@ example picks a training article d with links, one of its query rows (kind unifo
 ``query_kinds``), l+ uniform over L(d) and ``negatives`` l- that are neither d nor in L(d): uniform over
 the training articles of d's own dump, and up to ``hard_negatives`` of them drawn from d's
 precomputed hard list (BM25's best non-linked articles for d's pseudo-query).
+
+Inverse-cloze examples (``cloze`` per training article with kept sentences, each epoch): the query is
+one of d's sentences, l+ is d without that sentence, the l- are other training articles of d's dump
+without their lead sentence (so that positive and negatives alike miss one sentence). They are
+the same ``[3 + K]`` rows of features, mixed into the batches with the link examples.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+
+from datamodules.wikipedia.task import REST
 
 
 class LinkExamples:
@@ -24,6 +31,10 @@ class LinkExamples:
         n_docs: ``D``; ``query_kinds``: which row blocks serve as queries (0 = the article itself).
         hard: ``[D, H]`` hard negative candidates per article (-1 = none), or None.
         negatives: K; hard_negatives: how many of the K come from ``hard`` when it has them.
+        sentence_owner: ``[S]`` the article of each kept sentence (ascending); cloze: inverse-cloze
+            examples per training article with sentences and epoch (0: links only). Sentence ``j`` is
+            row ``4 D + j``, its article without it row ``4 D + S + j``, article ``a`` without its lead
+            ``3 D + a`` (``datamodules.wikipedia.task``).
     """
 
     def __init__(
@@ -39,6 +50,8 @@ class LinkExamples:
         hard_negatives: int = 0,
         batch_size: int = 32,
         seed: int = 0,
+        sentence_owner: torch.Tensor | None = None,
+        cloze: int = 0,
     ) -> None:
         self.offsets, self.neighbours, self.part = offsets, neighbours, part
         self.n_docs = len(offsets) - 1
@@ -59,9 +72,16 @@ class LinkExamples:
         self.saturated = int(((degree > 0) & (free <= 0)).sum())
         sources = torch.repeat_interleave(torch.arange(self.n_docs), offsets.diff())
         self.edge_keys = sources * self.n_docs + neighbours  # sorted: rows ascending, neighbours sorted
+        owner = torch.zeros(0, dtype=torch.long) if sentence_owner is None else sentence_owner
+        self.n_sentences, self.cloze = len(owner), cloze
+        self.sentence_start = torch.searchsorted(owner, torch.arange(self.n_docs))
+        self.sentence_count = torch.bincount(owner, minlength=self.n_docs)
+        is_train = torch.zeros(self.n_docs, dtype=torch.bool)
+        is_train[train_docs] = True
+        self.cloze_anchors = torch.nonzero(is_train & (self.sentence_count > 0)).flatten() if cloze else owner[:0]
 
     def __len__(self) -> int:
-        return -(-len(self.anchors) // self.batch_size)
+        return -(-(len(self.anchors) + self.cloze * len(self.cloze_anchors)) // self.batch_size)
 
     def linked(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Whether ``b[i]`` is in ``L(a[i])`` (any shape): one binary search of ``a * D + b`` in the edge keys."""
@@ -88,8 +108,40 @@ class LinkExamples:
             negatives[bad] = draw(parts[bad])
         raise RuntimeError("could not sample negatives: some article is linked to almost every other of its dump")
 
+    def cloze_examples(self, generator: torch.Generator) -> torch.Tensor:
+        """``[C, 3 + K]`` inverse-cloze examples: ``(sentence row, d, d without it, other articles without
+        their lead...)``, ``cloze`` per article with sentences, each a random one of its sentences."""
+        anchors = self.cloze_anchors.repeat(self.cloze)
+        pick = (torch.rand(len(anchors), generator=generator) * self.sentence_count[anchors]).long()
+        sentence = self.sentence_start[anchors] + pick
+        parts = self.part[anchors].unsqueeze(1).expand(-1, self.negatives)
+        column = anchors.unsqueeze(1).expand(-1, self.negatives)
+
+        def draw(where: torch.Tensor) -> torch.Tensor:
+            offset = (torch.rand(where.shape, generator=generator) * self.pool_size[where]).long()
+            return self.pool[self.pool_start[where] + offset]
+
+        negatives = draw(parts)
+        for _ in range(100):
+            bad = negatives == column
+            if not bad.any():
+                break
+            negatives[bad] = draw(parts[bad])
+        else:
+            raise RuntimeError("could not sample cloze negatives: a dump has a single training article")
+        base = (REST + 1) * self.n_docs
+        return torch.cat(
+            [
+                (base + sentence).unsqueeze(1),
+                anchors.unsqueeze(1),
+                (base + self.n_sentences + sentence).unsqueeze(1),
+                REST * self.n_docs + negatives,
+            ],
+            1,
+        )
+
     def sample(self, generator: torch.Generator) -> torch.Tensor:
-        """All examples of one epoch, ``[A, 3 + K]``, anchors in a new random order."""
+        """All examples of one epoch, ``[A + C, 3 + K]`` (link examples, then cloze ones, in a new random order)."""
         anchors = self.anchors[torch.randperm(len(self.anchors), generator=generator)]
         kinds = self.query_kinds[torch.randint(len(self.query_kinds), (len(anchors),), generator=generator)]
         start, degree = self.offsets[anchors], self.offsets[anchors + 1] - self.offsets[anchors]
@@ -101,9 +153,13 @@ class LinkExamples:
             chosen = candidates.gather(1, score.topk(min(self.hard_negatives, candidates.shape[1]), dim=1).indices)
             columns = chosen.shape[1]
             negatives[:, :columns] = torch.where(chosen >= 0, chosen, negatives[:, :columns])
-        return torch.cat(
+        examples = torch.cat(
             [(kinds * self.n_docs + anchors).unsqueeze(1), anchors.unsqueeze(1), positives.unsqueeze(1), negatives], 1
         )
+        if not self.cloze or len(self.cloze_anchors) == 0:
+            return examples
+        examples = torch.cat([examples, self.cloze_examples(generator)])
+        return examples[torch.randperm(len(examples), generator=generator)]
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         generator = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)

@@ -1,7 +1,10 @@
 """One or more parsed dumps as LinkLearn's task: rows of term features, the split graph, hard negatives.
 
-Rows of ``LinkTask.features`` come in blocks of ``D`` (all articles of all dumps, in order):
-block 0 the articles, block 1 their titles, block 2 their lead sentences. Every dump keeps its own
+Rows of ``LinkTask.features`` come in blocks (all articles of all dumps, in order): block 0 the ``D``
+articles, block 1 their titles, block 2 their lead sentences, block 3 the articles without their lead
+sentence ("rest"); then the ``S`` kept sentences and the ``S`` articles each without that sentence
+("remainders"), the inverse-cloze pairs: a sentence is a verbose query whose one relevant document is
+its article, the sentence removed so that the pair is not a trivial copy. Every dump keeps its own
 idf (``log(N / df)`` over its articles) and its own mean lengths (articles relative to its articles'
 mean, titles to its titles' mean...), so several language editions train one vocabulary-independent
 model without their statistics mixing; term ids of different dumps are disjoint, so no pair of
@@ -17,9 +20,36 @@ from datamodules.wikipedia.corpus import LinkedCorpus
 from datamodules.wikipedia.graph import adjacency, split_graph
 from retrieval.bm25 import bm25_idf, bm25_term_weight
 from retrieval.sparse import entry_index, inverted_index, sparse_rows, top_k
-from retrieval.terms import TermFeatures
+from retrieval.terms import Corpus, TermFeatures
 
 QUERY_KINDS = {"document": 0, "title": 1, "lead": 2}
+REST = 3  # the block of the articles without their lead sentence
+
+
+def subtract_rows(whole: Corpus, owners: np.ndarray, part: Corpus) -> Corpus:
+    """Row ``i`` of ``whole`` minus row ``i`` of ``part`` for ``owners [R]`` rows of ``whole`` and the
+    ``R`` rows of ``part`` (term counts subtracted, clamped at 0, emptied terms dropped; lengths
+    recounted). ``R`` rows over ``whole.vocabulary``."""
+    counts = np.diff(whole.offsets)[owners]
+    row = np.repeat(np.arange(len(owners)), counts)
+    starts = np.repeat(whole.offsets[owners] - (np.cumsum(counts) - counts), counts)
+    index = np.arange(counts.sum()) + starts
+    size = max(len(whole.vocabulary), 1)
+    keys, tfs = row * size + whole.term_ids[index], whole.tfs[index].copy()
+    part_keys = np.repeat(np.arange(part.n_docs), np.diff(part.offsets)) * size + part.term_ids
+    position = np.searchsorted(keys, part_keys).clip(max=max(len(keys) - 1, 0))
+    found = (keys[position] == part_keys) if len(keys) else np.zeros(len(part_keys), bool)
+    np.subtract.at(tfs, position[found], part.tfs[found])
+    tfs = np.maximum(tfs, 0)
+    kept = tfs > 0
+    sizes = np.bincount(row[kept], minlength=len(owners))
+    return Corpus(
+        offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        term_ids=whole.term_ids[index][kept].astype(np.int64),
+        tfs=tfs[kept].astype(np.float32),
+        lengths=np.bincount(row, weights=tfs, minlength=len(owners)).astype(np.float32),
+        vocabulary=whole.vocabulary,
+    )
 
 
 class LinkTask:
@@ -28,7 +58,8 @@ class LinkTask:
     ``features``: ``3 D`` rows (see the module docstring); ``bm25_idf [V]``: Robertson-Sparck Jones
     idf per term within its dump (the validation baseline); ``part [D]``: the dump of each article;
     ``offsets``/``neighbours``: CSR links kept by the split (training and validation edges, none
-    crossing); ``train_docs``, ``val_docs`` ``[N]``; ``val_queries``: validation articles with links.
+    crossing); ``train_docs``, ``val_docs`` ``[N]``; ``val_queries``: validation articles with links;
+    ``sentence_owner [S]``: the article of each kept sentence (rows ``sentence_rows`` / ``remainder_rows``).
 
     A plain class, not a dataclass: Hydra's ``instantiate`` would turn a dataclass argument into a config.
     """
@@ -45,28 +76,52 @@ class LinkTask:
         val_docs: torch.Tensor,
         val_queries: torch.Tensor,
         statistics: dict[str, object],
+        sentence_owner: torch.Tensor | None = None,
     ) -> None:
         self.features, self.bm25_idf, self.part = features, bm25_idf, part
         self.offsets, self.neighbours = offsets, neighbours
         self.train_docs, self.val_docs, self.val_queries = train_docs, val_docs, val_queries
         self.statistics = statistics
+        self.sentence_owner = torch.zeros(0, dtype=torch.long) if sentence_owner is None else sentence_owner
 
     @property
     def n_docs(self) -> int:
         return len(self.part)
 
+    def rest_rows(self, articles: torch.Tensor) -> torch.Tensor:
+        """Rows of ``articles`` without their lead sentence."""
+        return REST * self.n_docs + articles
+
+    def sentence_rows(self, sentences: torch.Tensor) -> torch.Tensor:
+        """Rows of the kept sentences ``sentences`` (indices into ``sentence_owner``)."""
+        return (REST + 1) * self.n_docs + sentences
+
+    def remainder_rows(self, sentences: torch.Tensor) -> torch.Tensor:
+        """Rows of each sentence's article without that sentence."""
+        return (REST + 1) * self.n_docs + len(self.sentence_owner) + sentences
+
 
 def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queries: int, seed: int) -> LinkTask:
     """Concatenate the dumps, split each (seeded) into training and validation articles, drop crossing links."""
-    blocks: dict[str, list[TermFeatures]] = {"document": [], "title": [], "lead": []}
-    idfs, parts, edges, is_val = [], [], [], []
+    names = ("document", "title", "lead", "rest", "sentence", "remainder")
+    blocks: dict[str, list[TermFeatures]] = {name: [] for name in names}
+    idfs, parts, edges, is_val, owners = [], [], [], [], []
     shift = 0
     for number, dump in enumerate(linked):
         idf = dump.corpus.idf()
-        for kind, corpus in (("document", dump.corpus), ("title", dump.titles), ("lead", dump.leads)):
-            blocks[kind].append(
-                TermFeatures(corpus.offsets, corpus.term_ids, corpus.tfs, idf, corpus.relative_lengths())
-            )
+        mean = float(dump.corpus.lengths.mean())  # rest and remainders are articles: their lengths too
+        rest = subtract_rows(dump.corpus, np.arange(dump.corpus.n_docs), dump.leads)
+        remainders = subtract_rows(dump.corpus, dump.sentence_owner, dump.sentences)
+        for kind, corpus, lengths in (
+            ("document", dump.corpus, dump.corpus.relative_lengths()),
+            ("title", dump.titles, dump.titles.relative_lengths()),
+            ("lead", dump.leads, dump.leads.relative_lengths()),
+            ("rest", rest, rest.relative_lengths(mean)),
+            ("sentence", dump.sentences, dump.sentences.relative_lengths()),
+            ("remainder", remainders, remainders.relative_lengths(mean)),
+        ):
+            blocks[kind].append(TermFeatures(corpus.offsets, corpus.term_ids, corpus.tfs, idf, lengths))
+        owners.append(dump.sentence_owner + shift)
         idfs.append(bm25_idf(dump.corpus).astype(np.float32))
         n = dump.corpus.n_docs
         val, kept = split_graph(n, dump.edges, val_fraction, seed + number)
@@ -75,7 +130,7 @@ def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queri
         is_val.append(val)
         shift += n
     # one vocabulary space per dump, shared by its three blocks: shift each block's term ids alike
-    features = _stack_blocks([TermFeatures.concat(blocks[kind]) for kind in QUERY_KINDS])
+    features = _stack_blocks([TermFeatures.concat(blocks[kind]) for kind in names])
     n_docs = shift
     all_edges = np.concatenate(edges) if edges else np.zeros((0, 2), np.int64)
     offsets, neighbours = adjacency(n_docs, all_edges)
@@ -96,6 +151,7 @@ def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queri
         "mean_links_train": float(degree[~is_val_all].mean()) if (~is_val_all).any() else 0.0,
         "mean_links_val": float(degree[is_val_all].mean()) if is_val_all.any() else 0.0,
         "val_queries": len(val_queries),
+        "sentences": int(sum(len(o) for o in owners)),
     }
     return LinkTask(
         features=features,
@@ -107,6 +163,7 @@ def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queri
         val_docs=val_docs,
         val_queries=val_queries,
         statistics=statistics,
+        sentence_owner=torch.from_numpy(np.concatenate(owners).astype(np.int64)),
     )
 
 
@@ -185,4 +242,4 @@ def _linked(task: LinkTask, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (keys[position] == query).view_as(a)
 
 
-__all__ = ["QUERY_KINDS", "LinkTask", "build_task", "hard_negatives"]
+__all__ = ["QUERY_KINDS", "REST", "LinkTask", "build_task", "hard_negatives", "subtract_rows"]

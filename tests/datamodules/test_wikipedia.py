@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -16,10 +17,12 @@ from datamodules.wikipedia import (
     MarkupStripper,
     WikipediaDataModule,
     WikipediaFormatError,
+    build_task,
     load_or_parse,
     parse_dump,
     split_graph,
 )
+from datamodules.wikipedia.corpus import LEAD_TOKENS, MIN_TOKENS, sentences
 from retrieval.terms import tokenize
 from tests.conftest import SHARED
 
@@ -103,6 +106,8 @@ def test_parsed_corpus_is_cached(tmp_path):
     assert second.names == first.names and np.array_equal(second.edges, first.edges)
     assert np.array_equal(second.leads.term_ids, first.leads.term_ids)
     assert np.array_equal(second.titles.offsets, first.titles.offsets)
+    assert np.array_equal(second.sentences.term_ids, first.sentences.term_ids)
+    assert np.array_equal(second.sentence_owner, first.sentence_owner)
     assert np.array_equal(second.corpus.term_ids, first.corpus.term_ids)
     assert second.corpus.vocabulary == first.corpus.vocabulary and second.statistics == first.statistics
 
@@ -267,3 +272,91 @@ def test_both_real_fragments_train_one_task(tmp_path):
     assert datamodule.task.n_docs == 1009 and datamodule.statistics["train_anchors"] > 300
     batch = next(iter(datamodule.train_dataloader()))
     assert batch.shape[1] == 3 + datamodule.negatives
+
+
+def sentence_dump(path, n_articles: int = 40, seed: int = 0):
+    """Articles of several random sentences (some shorter than ``MIN_TOKENS``) linked at random."""
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(60)]
+    pages = []
+    for i in range(n_articles):
+        sentences = [" ".join(rng.choice(words, rng.integers(2, 12))) for _ in range(rng.integers(1, 12))]
+        links = " ".join(f"[[Page {j}]]" for j in rng.choice(n_articles, 3, replace=False) if j != i)
+        pages.append((f"Page {i}", 0, None, ". ".join(sentences) + f". See {links}."))
+    return write_dump(path, pages)
+
+
+def rows_as_counters(features, rows):
+    return [
+        Counter(
+            dict(
+                zip(
+                    features.term_ids[features.offsets[r] : features.offsets[r + 1]].tolist(),
+                    features.tfs[features.offsets[r] : features.offsets[r + 1]].tolist(),
+                )
+            )
+        )
+        for r in rows
+    ]
+
+
+def test_sentences_are_the_first_long_enough_ones_and_parts_of_the_text():
+    text = "One two. Three four five six seven! Eight nine ten eleven twelve thirteen? A b c d e f"
+    assert sentences(text, limit=8, min_tokens=5) == [
+        ["three", "four", "five", "six", "seven"],
+        ["eight", "nine", "ten", "eleven", "twelve", "thirteen"],
+        ["a", "b", "c", "d", "e", "f"],
+    ]
+    assert sentences(text, limit=1, min_tokens=2) == [["one", "two"]]
+    long = " ".join(f"t{i}" for i in range(100)) + ". end of it here now"
+    assert len(sentences(long)[0]) == LEAD_TOKENS
+
+
+def test_rest_and_remainders_are_articles_without_their_sentence(tmp_path):
+    linked = parse_dump(sentence_dump(tmp_path / "s.xml"))
+    assert linked.statistics["sentences"] == len(linked.sentence_owner) > linked.corpus.n_docs
+    assert np.all(np.diff(linked.sentence_owner) >= 0)
+    task = build_task([linked], val_fraction=0.5, max_val_queries=100, seed=0)
+    n, s = task.n_docs, len(task.sentence_owner)
+    assert task.features.n_docs == 4 * n + 2 * s
+    articles = rows_as_counters(task.features, range(n))
+    leads = rows_as_counters(task.features, range(2 * n, 3 * n))
+    rests = rows_as_counters(task.features, task.rest_rows(torch.arange(n)).tolist())
+    for article, lead, rest in zip(articles, leads, rests):
+        assert lead and rest == article - lead  # the lead's terms are removed, once per occurrence
+    sentence_rows = rows_as_counters(task.features, task.sentence_rows(torch.arange(s)).tolist())
+    remainders = rows_as_counters(task.features, task.remainder_rows(torch.arange(s)).tolist())
+    for owner, sentence, remainder in zip(task.sentence_owner.tolist(), sentence_rows, remainders):
+        assert sum(sentence.values()) >= MIN_TOKENS and not sentence - articles[owner]
+        assert remainder == articles[owner] - sentence
+    lengths = task.features.lengths
+    mean = linked.corpus.lengths.mean()  # rest and remainders are measured against the articles' mean
+    expected = [sum(r.values()) / mean for r in remainders]
+    np.testing.assert_allclose(lengths[4 * n + s :], expected, rtol=1e-5)
+
+
+def test_cloze_examples_pair_a_sentence_with_its_article_without_it(tmp_path):
+    datamodule = WikipediaDataModule(str(sentence_dump(tmp_path / "s.xml")), negatives=3, cloze=2, batch_size=7)
+    datamodule.setup()
+    task, batches = datamodule.task, datamodule.train_dataloader()
+    n, s = task.n_docs, len(task.sentence_owner)
+    examples = torch.cat(list(batches))
+    train = set(task.train_docs.tolist())
+    with_sentences = train & set(task.sentence_owner.tolist())
+    anchors = len(batches.anchors)
+    assert len(examples) == anchors + 2 * len(with_sentences) and len(batches) == -(-len(examples) // 7)
+    cloze = examples[examples[:, 0] >= 4 * n]
+    assert len(cloze) == 2 * len(with_sentences)
+    assert sorted(set(cloze[:, 1].tolist())) == sorted(with_sentences)
+    for query, d, positive, *negatives in cloze.tolist():
+        sentence = query - 4 * n
+        assert task.sentence_owner[sentence] == d and positive == 4 * n + s + sentence
+        assert all(3 * n <= x < 4 * n and x - 3 * n in train and x - 3 * n != d for x in negatives)
+    # reproducible from the seed, different each epoch; cloze=0 is the links-only sampler
+    again = datamodule.train_dataloader()
+    assert torch.equal(torch.cat(list(again)), examples)
+    assert not torch.equal(torch.cat(list(again)), examples)
+    links_only = WikipediaDataModule(str(sentence_dump(tmp_path / "s.xml")), negatives=3, batch_size=7)
+    links_only.setup()
+    plain = torch.cat(list(links_only.train_dataloader()))
+    assert len(plain) == anchors and plain[:, 0].max() < 3 * n

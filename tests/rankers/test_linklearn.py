@@ -11,7 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from datamodules.adhoc import read_collection
 from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump
-from rankers.linklearn import LinkLearnModule, TermWeight, entry_weights, pair_similarity
+from datamodules.wikipedia import WikipediaDataModule
+from rankers.linklearn import LinkLearnModule, TermWeight, entry_weights, pair_similarity, weight_matrix
 from rankers.pipeline import train
 from retrieval.sparse import entry_index
 from retrieval.terms import corpus_from_texts
@@ -158,3 +159,68 @@ def test_exported_term_weight_scores_a_collection_like_the_module(tmp_path, wiki
         )
         dense.append(matrix)
     torch.testing.assert_close(dense[1] @ dense[0].T, expected, rtol=1e-4, atol=1e-4)
+
+
+class TinyTask:
+    """The parts of a ``LinkTask`` ``example_loss`` reads: term features (the graph is not used)."""
+
+    def __init__(self, features):
+        self.features = features
+        self.offsets, self.neighbours = torch.zeros(41, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+
+
+def test_example_loss_leaves_out_unwinnable_examples_and_is_relative_to_the_start():
+    # reference: dense weight vectors, one example at a time (eq. 7 averaged over the usable examples)
+    corpus_np = random_corpus(seed=4, n_docs=40)
+    features = corpus_np.features()
+    model = LinkLearnModule(task=TinyTask(features), hidden=5, margin=0.7, regularization=0.3)
+    model.term_weight.load_state_dict(trained_term_weight(5).state_dict())
+    corpus = features.tensors()
+    vocabulary = len(corpus_np.vocabulary)
+    dense, start = torch.zeros(40, vocabulary), torch.zeros(40, vocabulary)
+    owner, term, weight = per_entry(model.term_weight, corpus, torch.arange(40))
+    dense[owner, term] = weight
+    base = model.term_weight.start(corpus["tfs"], corpus["idf"][term], corpus["lengths"][owner])
+    start[owner, term] = base
+    generator = torch.Generator().manual_seed(0)
+    examples = torch.randint(0, 40, (24, 6), generator=generator)
+    disjoint = [(i, j) for i in range(40) for j in range(40) if (start[i] * start[j]).sum() == 0]
+    examples[0, 0], examples[0, 2] = disjoint[0]  # an l+ sharing no term with its query
+    loss, parts = model.example_loss(examples)
+    hinges, kept = [], 0
+    for query, _, positive, *negatives in examples.tolist():
+        start_sims = [float(start[query] @ start[c]) for c in (positive, *negatives)]
+        if start_sims[0] == 0:
+            continue
+        kept += 1
+        scale = max(start_sims)
+        for negative in negatives:
+            gap = (dense[query] @ dense[positive] - dense[query] @ dense[negative]) / scale
+            hinges.append(torch.relu(0.7 - gap))
+    penalty = sum(c.square().mean() for c in model.term_weight.log_corrections(corpus))
+    assert 0 < kept < len(examples)
+    assert parts["usable"].item() == pytest.approx(kept / len(examples))
+    torch.testing.assert_close(loss, torch.stack(hinges).mean() + 0.3 * penalty)
+
+
+def test_cloze_validation_ranks_each_article_without_its_lead_for_its_lead(make_cfg, tmp_path, wiki):
+    results, _ = run(make_cfg, tmp_path, wiki, "model.epochs=1", "export=false", "model.validation=[lead,cloze]")
+    val = results["val"]
+    assert {"map_lead", "map_cloze"} <= set(val) and "map_document" not in val
+    assert val["map"] == pytest.approx((val["map_lead"] + val["map_cloze"]) / 2)
+    # the kind itself against a loop: AP of a known item is 1 / its rank among the validation articles
+    datamodule = WikipediaDataModule(str(wiki[0]))
+    model = LinkLearnModule(**datamodule.model_inputs(), hidden=5)
+    model.term_weight.load_state_dict(trained_term_weight(6).state_dict())
+    task, queries = model.task, model.task.val_queries[:20]
+    scores = model._validation_scores(queries, 3, model="linklearn")
+    val_docs = task.val_docs.tolist()
+    ap = model._average_precision(scores, queries, 3)
+    ranks = [int((row > row[val_docs.index(q)]).sum()) + 1 for q, row in zip(queries.tolist(), scores)]
+    ties = [int((row == row[val_docs.index(q)]).sum()) for q, row in zip(queries.tolist(), scores)]
+    for value, rank, tie in zip(ap.tolist(), ranks, ties):
+        assert 1 / (rank + tie - 1) - 1e-6 <= value <= 1 / rank + 1e-6
+    # the documents are the validation articles without their lead: the lead's terms are gone
+    start = weight_matrix(model.term_weight, model._attach(), task.rest_rows(task.val_docs[:5]), model.vocabulary_size)
+    full = weight_matrix(model.term_weight, model._attach(), task.val_docs[:5], model.vocabulary_size)
+    assert start.to_dense().count_nonzero() <= full.to_dense().count_nonzero()
