@@ -106,7 +106,7 @@ def delta_ndcg_weight(block: PairBlock) -> Tensor:
 
 
 def ndcg_loss2_weight(block: PairBlock) -> Tensor:
-    """LambdaLoss NDCG-Loss2 (Wang et al. 2018, eq. 13): ``delta_ij |G_i - G_j|``, ``[B, r, L]``.
+    """LambdaLoss NDCG-Loss2 (Wang et al. 2018): ``delta_ij |G_i - G_j|``, ``[B, r, L]``.
 
     ``delta_ij = |1/D_{|i-j|} - 1/D_{|i-j|+1}|`` with ``D_n = log2(1 + n)`` and i, j the ranks by
     score; ``G = gain / IDCG``.
@@ -119,7 +119,7 @@ def ndcg_loss2_weight(block: PairBlock) -> Tensor:
 
 
 def ndcg_loss2pp_weight(mu: float) -> LambdaWeightFn:
-    """LambdaLoss NDCG-Loss2++ (Wang et al. 2018, eq. 14): ``(rho_ij + mu delta_ij) |G_i - G_j|``.
+    """LambdaLoss NDCG-Loss2++ (Wang et al. 2018): ``(rho_ij + mu delta_ij) |G_i - G_j|``.
 
     ``rho_ij |G_i - G_j|`` is LambdaRank's ``|Delta NDCG|`` (``delta_ndcg_weight``).
     """
