@@ -23,6 +23,8 @@ def as_float32(scores: Tensor, labels: Tensor, mask: Tensor | None) -> tuple[Ten
     gradient at padding is exactly 0), so gradients reach bf16 or fp16 scores of an autocast region
     while the loss math runs in float32; NaN or inf in padding never reaches a value or a gradient.
     """
+    if scores.dim() != 2:
+        raise ValueError(f"scores {tuple(scores.shape)} and labels {tuple(labels.shape)} must both be [B, L]")
     return prepare(scores, labels, mask, dtype=compute_dtype(scores))
 
 

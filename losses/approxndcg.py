@@ -47,7 +47,9 @@ class _ApproxRanks(torch.autograd.Function):
 
 
 def approx_ranks(scores: Tensor, mask: Tensor, *, alpha: float = 1.0) -> Tensor:
-    """Qin et al. eq. (18): ``pi_hat(i) = 1 + sum_{j != i} sigmoid(alpha (s_j - s_i))`` over real j, ``[B, L]``.
+    """Qin et al.'s approximate rank position ``pi_hat(i) = 1 + sum_{j != i} sigmoid(alpha (s_j - s_i))``, ``[B, L]``.
+
+    The sum runs over the real documents j of the list.
 
     Args: scores, mask ``[B, L]`` (padding neutralized). Memory ``O(B * L)`` (chunked, custom backward).
     """
@@ -65,7 +67,8 @@ def approx_ndcg_loss(
 ) -> Tensor:
     """``1 - ApproxNDCG``: NDCG with the rank of each document replaced by a smooth rank.
 
-    Qin et al., eqs. (18)-(21): ``pi_hat(i) = 1 + sum_{j != i} sigmoid(-alpha (s_i - s_j))`` and
+    Qin et al., eqs. 19-21 (numbered as in allRank's implementation):
+    ``pi_hat(i) = 1 + sum_{j != i} sigmoid(-alpha (s_i - s_j))`` and
 
         ``ApproxNDCG = 1/IDCG sum_i gain(y_i) / log2(1 + pi_hat(i))``.
 

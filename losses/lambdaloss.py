@@ -44,9 +44,9 @@ def lambdaloss(
     with the hard assignment ``H(pi|s)`` of the ranking by score, so that ``i``, ``j`` below are the
     ranks by the current scores (ties by list position) and ``G = gain / IDCG``:
 
-    * ``"ndcg_loss2"`` (eq. 13): ``w_ij = delta_ij |G_i - G_j|``,
+    * ``"ndcg_loss2"`` (NDCG-Loss2): ``w_ij = delta_ij |G_i - G_j|``,
       ``delta_ij = |1/D_{|i-j|} - 1/D_{|i-j|+1}|``, ``D_n = log2(1 + n)``;
-    * ``"ndcg_loss2pp"`` (NDCG-Loss2++, eq. 14): ``w_ij = (rho_ij + mu delta_ij) |G_i - G_j|``,
+    * ``"ndcg_loss2pp"`` (NDCG-Loss2++): ``w_ij = (rho_ij + mu delta_ij) |G_i - G_j|``,
       ``rho_ij = |1/D_i - 1/D_j|`` (the LambdaRank weight);
     * ``"lambdarank"``: ``w_ij = rho_ij |G_i - G_j|`` (LambdaRank in the framework, base-2 log).
 

@@ -30,7 +30,7 @@ def listmle_loss(
 ) -> Tensor:
     """Negative log Plackett-Luce likelihood of the permutation given by the labels.
 
-    Xia et al., eqs. (6) and (10): for the permutation ``y`` that sorts the labels, with ``phi = exp``,
+    Xia et al., the likelihood loss of ListMLE: for the permutation ``y`` that sorts the labels, with ``phi = exp``,
 
         ``L(s, y) = -log P(y | s) = sum_{i=1}^{n} ( log sum_{k=i}^{n} exp(s_{y(k)}) - s_{y(i)} )``.
 

@@ -46,7 +46,7 @@ __all__ = [
 def prepare(
     scores: Tensor, labels: Tensor, mask: Tensor | None, *, dtype: torch.dtype = torch.float32
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Validate ``[B, L]`` shapes, build a missing mask, cast, and neutralize padding.
+    """Validate ``[B, L]`` shapes (any leading dims), build a missing mask, cast, and neutralize padding.
 
     Padded scores and labels are replaced by 0 with ``masked_fill`` (differentiable: the gradient at
     padding is exactly 0), so NaN or inf in padding never reaches a value or a gradient.
@@ -59,7 +59,7 @@ def prepare(
     Returns:
         ``scores [B, L] dtype``, ``labels [B, L] dtype`` and ``mask [B, L] bool``.
     """
-    if scores.dim() != 2 or scores.shape != labels.shape:
+    if scores.dim() < 1 or scores.shape != labels.shape:
         raise ValueError(f"scores {tuple(scores.shape)} and labels {tuple(labels.shape)} must both be [B, L]")
     if mask is None:
         mask = torch.ones_like(labels, dtype=torch.bool)
