@@ -93,6 +93,8 @@ class PRankEnsemble:
         self.correct = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.presented = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.mistakes = torch.zeros(n_runs, n_perceptrons, **zeros)
+        # voted perceptron: correct rounds survived by each perceptron's current hypothesis
+        self._open = torch.zeros(n_runs, n_perceptrons, **zeros)
         self.rank_index = torch.arange(n_ranks - 1, device=self.device)
         if fused not in (True, False, "cpu", "triton"):
             raise ValueError(f"fused must be True, False, 'cpu' or 'triton'; got {fused!r}")
@@ -291,8 +293,6 @@ class PRankEnsemble:
     def _record(self, mistake: Tensor, correct: Tensor) -> None:
         """Voted perceptron bookkeeping: the current hypothesis survives one more correct round;
         on a mistake its (weights, thresholds, survival) is closed and a new one starts."""
-        if not self.history:
-            self._open = torch.zeros_like(self.correct)
         self._open.add_(correct)
         if mistake.any():
             self.history.append((self.weights.clone(), self.thresholds.clone(), torch.where(mistake, self._open, 0.0)))
@@ -359,8 +359,7 @@ class PRankEnsemble:
         stream of 50,000 examples stores thousands of them."""
         if not self.keep_history:
             raise ValueError("combine='voted' needs keep_history=True")
-        open_votes = self._open if self.history else self.correct
-        hypotheses = [*self.history, (self.weights, self.thresholds, open_votes)]
+        hypotheses = [*self.history, (self.weights, self.thresholds, self._open)]
         total = torch.zeros(self.r, self.n, features.shape[1], device=self.device, dtype=torch.float64)
         votes = torch.zeros(self.r, self.n, 1, device=self.device, dtype=torch.float64)
         for start in range(0, len(hypotheses), VOTED_CHUNK):

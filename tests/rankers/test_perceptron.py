@@ -163,6 +163,26 @@ def test_voted_prank_weights_hypotheses_by_survival():
         assert [v + 1 for v in voted[run].tolist()] == expected
 
 
+def test_voted_survival_counts_every_correct_round_whatever_the_other_runs_do():
+    # the zero hypothesis predicts the top rank: a run whose stream starts with top ranks survives
+    # those rounds, and its vote must keep them, also while no run has made a mistake yet
+    x, y = stream(7, runs=3, steps=200, d=3, k=3)
+    y[0, :5] = 2
+    y[1, :1] = 0  # run 1 errs at once
+    batched = PRankEnsemble(3, 3, n_runs=3, keep_history=True)
+    batched.partial_fit(x, y)
+    survival = sum(entry[2] for entry in batched.history) + batched._open
+    assert torch.equal(survival, batched.correct)
+    test_x = x[:, :50]
+    voted = batched.mean_rank(test_x, "voted")
+    for run in range(3):
+        alone = PRankEnsemble(3, 3, n_runs=1, keep_history=True)
+        alone.partial_fit(x[run : run + 1], y[run : run + 1])
+        torch.testing.assert_close(alone.mean_rank(test_x[run : run + 1], "voted")[0], voted[run], rtol=0, atol=1e-12)
+        expected = scalar_voted_prank(x[run].tolist(), (y[run] + 1).tolist(), 3, test_x[run].tolist())
+        assert [v + 1 for v in alone.predict(test_x[run : run + 1], "voted")[0].tolist()] == expected
+
+
 def test_widrow_hoff_converges_on_a_linear_target():
     g = torch.Generator().manual_seed(0)
     x = torch.cat([torch.rand(2, 3000, 2, generator=g), torch.ones(2, 3000, 1)], -1)
