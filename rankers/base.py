@@ -39,6 +39,14 @@ class PassLimit:
     online rankers, LinkLearn) rather than the trainer's ``max_epochs``: they stop the trainer
     after their last pass, and refuse a trainer that would stop them earlier."""
 
+    def refuse_ddp(self: pl.LightningModule, what: str) -> None:
+        """Streams are sequential: ``what`` (e.g. "the online rankers stream the examples") runs in one process."""
+        if self.trainer.world_size > 1:
+            raise ValueError(
+                f"{what} in order in one process; run without DDP (trainer.devices=1), "
+                f"not on {self.trainer.world_size} processes"
+            )
+
     def check_passes(self: pl.LightningModule, passes: int) -> None:
         limit = self.trainer.max_epochs
         if limit is not None and 0 <= limit < passes:

@@ -124,11 +124,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
 
     # -- training -------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
-        if self.trainer.world_size > 1:
-            raise ValueError(
-                "the pairwise perceptron streams the pairs in order in one process; run it without DDP "
-                f"(trainer.devices=1), not on {self.trainer.world_size} processes"
-            )
+        self.refuse_ddp("the pairwise perceptron streams the pairs")
         self.check_passes(self.hparams.epochs)
         self.learner.to(self.device)
 

@@ -108,11 +108,7 @@ class OnlineOrdinalModule(PassLimit, pl.LightningModule):
         return features, labels
 
     def on_fit_start(self) -> None:
-        if self.trainer.world_size > 1:
-            raise ValueError(
-                "the online rankers stream the examples in order in one process; run them without DDP "
-                f"(trainer.devices=1), not on {self.trainer.world_size} processes"
-            )
+        self.refuse_ddp("the online rankers stream the examples")
         self.check_passes(self.hparams.epochs)
         self.learner.to(self.device)
 

@@ -250,3 +250,17 @@ def test_exported_grader_reproduces_the_test_rank_loss(make_cfg, tmp_path, model
         for a, b in zip(test.offsets[:-1], test.offsets[1:])
     ]
     assert float(sum(errors)) / len(test.labels) == pytest.approx(results["test"]["rank_loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_sequential_learners_refuse_ddp_by_name(world_size):
+    from types import SimpleNamespace
+
+    from rankers.base import PassLimit
+
+    module = SimpleNamespace(trainer=SimpleNamespace(world_size=world_size))
+    if world_size == 1:
+        PassLimit.refuse_ddp(module, "the online rankers stream the examples")
+    else:
+        with pytest.raises(ValueError, match=r"stream the examples in order in one process.*2 processes"):
+            PassLimit.refuse_ddp(module, "the online rankers stream the examples")
