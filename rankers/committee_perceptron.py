@@ -231,12 +231,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             committee, votes = self.learner.members(include_current=include)
             keep = votes[run] > 0  # empty and zero-count members vote nothing
             return RankVoteScorer(committee[run][keep].cpu(), votes[run][keep].cpu())
-        weights = self.learner.linear_weights(readout, include_current=include)[run].detach().float().cpu()
-        scorer = LinearScorer(len(weights))
-        with torch.no_grad():
-            scorer.linear.weight.copy_(weights[None])
-            scorer.linear.bias.zero_()
-        return scorer
+        return LinearScorer.from_weights(self.learner.linear_weights(readout, include_current=include)[run])
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``scorer.pt`` / ``scorer.onnx`` of the configured read-out; a committee also exports its

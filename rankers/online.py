@@ -205,12 +205,7 @@ class OnlineOrdinalModule(PassLimit, pl.LightningModule):
     @property
     def scorer(self) -> nn.Module:
         """``w . x`` as a ``LinearScorer`` (bias 0), for the standard export."""
-        weights = self.linear_weights().detach().cpu()
-        scorer = LinearScorer(len(weights))
-        with torch.no_grad():
-            scorer.linear.weight.copy_(weights[None])
-            scorer.linear.bias.zero_()
-        return scorer
+        return LinearScorer.from_weights(self.linear_weights())
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """The standard scorer export of ``w . x``, plus ``grader.pt``: raw features ``[L, F]`` ->

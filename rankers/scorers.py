@@ -18,6 +18,15 @@ class LinearScorer(nn.Module):
         super().__init__()
         self.linear = nn.Linear(n_features, 1)
 
+    @classmethod
+    def from_weights(cls, weights: Tensor) -> LinearScorer:
+        """``s = w . x`` (bias 0) for learned weights ``[F]`` (the perceptrons' linear read-outs)."""
+        scorer = cls(len(weights))
+        with torch.no_grad():
+            scorer.linear.weight.copy_(weights.detach().float().cpu()[None])
+            scorer.linear.bias.zero_()
+        return scorer
+
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features).squeeze(-1)
 

@@ -202,25 +202,14 @@ def test_lambdaloss_matches_slow_reference(scheme, k):
     torch.testing.assert_close(value, expected)
 
 
-def test_lambdaloss_chunked_equals_unchunked(monkeypatch):
+@pytest.mark.parametrize("loss", [lambdaloss, approx_ndcg_loss], ids=["lambdaloss", "approx_ndcg_loss"])
+def test_chunked_equals_unchunked(monkeypatch, loss):
     scores, labels, mask = batch(7, b=3, n=40)
     scores.requires_grad_(True)
-    full = lambdaloss(scores, labels, mask)
+    full = loss(scores, labels, mask)
     (grad_full,) = torch.autograd.grad(full, scores)
     monkeypatch.setattr("losses._common.PAIR_BLOCK_ELEMENTS", 3 * 40 * 3)
-    chunked = lambdaloss(scores, labels, mask)
-    (grad_chunked,) = torch.autograd.grad(chunked, scores)
-    torch.testing.assert_close(full, chunked)
-    torch.testing.assert_close(grad_full, grad_chunked)
-
-
-def test_approx_ndcg_chunked_equals_unchunked(monkeypatch):
-    scores, labels, mask = batch(8, b=3, n=40)
-    scores.requires_grad_(True)
-    full = approx_ndcg_loss(scores, labels, mask)
-    (grad_full,) = torch.autograd.grad(full, scores)
-    monkeypatch.setattr("losses._common.PAIR_BLOCK_ELEMENTS", 3 * 40 * 3)
-    chunked = approx_ndcg_loss(scores, labels, mask)
+    chunked = loss(scores, labels, mask)
     (grad_chunked,) = torch.autograd.grad(chunked, scores)
     torch.testing.assert_close(full, chunked)
     torch.testing.assert_close(grad_full, grad_chunked)
