@@ -303,3 +303,14 @@ def test_allrank_neural_ndcg(allrank):
         theirs = allrank.neuralNDCG(scores.float(), _padded(labels, mask).float(), temperature=1.0, k=k)
         ours = neural_ndcg_loss(scores, labels, mask, temperature=1.0, k=k, sinkhorn_iterations=50) - 1.0
         torch.testing.assert_close(ours.float(), theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_bad_scheme_and_target_shape_are_named():
+    from losses import lambdaloss as lambdaloss_fn
+    from losses.pairwise import logistic_pair, pairwise_loss
+
+    scores, labels, mask = batch(9, b=2, n=4)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        lambdaloss_fn(scores, labels, mask, scheme="ndcg_loss3")
+    with pytest.raises(ValueError, match=r"targets must be \[B, L, L\]"):
+        pairwise_loss(scores, labels, mask, pair_fn=logistic_pair, targets=torch.zeros(2, 4))

@@ -59,3 +59,17 @@ def test_shared_math_matches_loops():
     scores = torch.tensor([[1.0, float("-inf"), 1.0, 5.0]])
     assert R.sort_by_scores(scores, mask).tolist() == [[0, 2, 1, 3]]  # tie by position, -inf real before padding
     assert R.ranks_of(scores, mask).tolist() == [[0, 2, 1, 3]]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: F.ndcg(torch.zeros(2, 3), torch.zeros(2, 4)), r"must both be \[B, L\]"),
+        (lambda: F.ndcg(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 4, dtype=torch.bool)), "differ"),
+        (lambda: F.ndcg(torch.zeros(2, 3), torch.zeros(2, 3), gain="log"), "gain must be"),
+        (lambda: R.ideal_dcg(torch.ones(2, 3), k=0), "k must be >= 1"),
+    ],
+)
+def test_bad_shapes_gain_and_cutoff_are_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
