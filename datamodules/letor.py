@@ -37,7 +37,8 @@ class LetorDataModule(pl.LightningDataModule):
 
     Args:
         train, val, test: file paths (``.txt``, ``.gz``, ``.bz2``). Without ``val``, a seeded
-            ``val_fraction`` of the training queries is held out.
+            ``val_fraction`` of the training queries is held out (0: none; every training query
+            trains, nothing is validated, and the last epoch's model is the result).
         num_features: number of feature columns; default the largest index over all given files.
         zero_based: whether feature indices start at 0 (LETOR's start at 1).
         normalization: ``none``, ``zscore`` (training statistics), ``query_zscore`` or ``log1p``;
@@ -89,6 +90,8 @@ class LetorDataModule(pl.LightningDataModule):
         self.eval_batch_size = eval_batch_size or batch_size
         self.max_list_length, self.bucket_by_length = max_list_length, bucket_by_length
         self.device_resident, self.val_fraction = device_resident, val_fraction
+        if not 0 <= val_fraction < 1:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = pad_multiple
@@ -98,6 +101,15 @@ class LetorDataModule(pl.LightningDataModule):
         self.splits: dict[str, LetorData] = {}
         self.tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.statistics: dict[str, dict[str, int]] = {}
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether there is a validation split (a file, or held-out training queries)."""
+        return self.paths["val"] is not None or self.val_fraction > 0
+
+    @property
+    def has_test(self) -> bool:
+        return self.paths["test"] is not None or self.has_validation
 
     @property
     def num_features(self) -> int:
@@ -118,7 +130,7 @@ class LetorDataModule(pl.LightningDataModule):
         self.splits = dict(splits)
         for data in self.splits.values():
             refuse_overflowing_gains(data, self.gain)
-        if "val" not in self.splits:
+        if "val" not in self.splits and self.val_fraction > 0:
             self._hold_out_validation()
         width = self.num_features_option or max(data.num_features for data in self.splits.values())
         for split, data in self.splits.items():
@@ -177,7 +189,7 @@ class LetorDataModule(pl.LightningDataModule):
         return self._loader("train", train=True)
 
     def val_dataloader(self):
-        return self._loader("val", train=False)
+        return self._loader("val", train=False) if "val" in self.splits else []
 
     def test_dataloader(self):
         return self._loader("test" if "test" in self.splits else "val", train=False)

@@ -33,6 +33,23 @@ def _instantiate_group(group: DictConfig | None) -> list[Any]:
     return [instantiate(item) for item in (group or {}).values() if item is not None and "_target_" in item]
 
 
+def _callbacks_without_validation(group: DictConfig | None) -> list[Any]:
+    """The callbacks of a run that validates nothing: early stopping goes, checkpoints watch no
+    metric (the last epoch's model is the one kept)."""
+    kept = []
+    for item in (group or {}).values():
+        if item is None or "_target_" not in item:
+            continue
+        if str(item["_target_"]).endswith("EarlyStopping"):
+            continue
+        options = OmegaConf.to_container(item, resolve=True)
+        if "monitor" in options:
+            options["monitor"] = None
+            options.pop("mode", None)
+        kept.append(instantiate(options))
+    return kept
+
+
 def _flat_hparams(cfg: DictConfig) -> dict[str, Any]:
     """The whole resolved config as ``a/b/c: value`` for TensorBoard's hparams tab."""
     flat: dict[str, Any] = {}
@@ -164,8 +181,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.setup("fit")
     model = instantiate(cfg.model, **datamodule.model_inputs())
     loggers = _instantiate_group(cfg.get("logger"))
-    callbacks = _instantiate_group(cfg.get("callbacks"))
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    validating = getattr(datamodule, "has_validation", True)
+    if validating:
+        callbacks = _instantiate_group(cfg.get("callbacks"))
+        trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    else:
+        callbacks = _callbacks_without_validation(cfg.get("callbacks"))
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, limit_val_batches=0)
+        log.info("no validation split: every training query trains; the last epoch's model is kept")
     for logger in loggers:
         logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
 
@@ -174,7 +197,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     ckpt = best or None
     results: dict[str, Any] = {
-        "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val"),
+        "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val")
+        if validating
+        else {},
         "fit_seconds": fit_seconds,
         "epochs": trainer.current_epoch,
         "best_checkpoint": best,

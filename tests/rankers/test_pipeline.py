@@ -134,6 +134,32 @@ def test_letor_files_from_the_command_line_config(make_cfg, tmp_path, data_dir):
     assert (tmp_path / "run" / "export" / "scorer.onnx").exists()
 
 
+def test_without_validation_every_training_query_trains_and_the_last_epoch_is_kept(make_cfg, tmp_path, data_dir):
+    from datamodules.synthetic import generate_letor
+
+    files = generate_letor(
+        data_dir / "letor", n_queries={"train": 40, "val": 10, "test": 10}, num_features=6, mean_docs=10, seed=3
+    )
+    common = [
+        "data=letor",
+        f"data.train={files['train']}",
+        f"data.test={files['test']}",
+        "model.scorer.hidden=[8]",
+        "callbacks.progress_bar.refresh_rate=0",
+        "callbacks.early_stopping.patience=0",  # would stop after epoch 2 if it were still there
+    ]
+    results = train(make_cfg(*common, "data.val_fraction=0", "trainer.max_epochs=3", out=tmp_path / "run", tiny=False))
+    assert "val" not in results["data"] and results["data"]["train"]["queries"] == 40
+    assert results["val"] == {} and set(results["test"]) == METRIC_KEYS
+    assert results["epochs"] == 3 and results["best_checkpoint"].endswith("epoch_002.ckpt")
+    assert (tmp_path / "run" / "export" / "scorer.pt").exists()
+    # model=rankboost sets it (RankLib trains on every query when given no validation file)
+    boosted = train(make_cfg(*common[:3], "model=rankboost", "model.rounds=20", out=tmp_path / "rb", tiny=False))
+    assert "val" not in boosted["data"] and boosted["data"]["train"]["queries"] == 40
+    with pytest.raises(Exception, match="val_fraction must be in"):
+        train(make_cfg(*common, "data.val_fraction=1.0", out=tmp_path / "bad", tiny=False))
+
+
 @pytest.mark.slow
 def test_command_line_multirun(data_dir, tmp_path):
     overrides = [
