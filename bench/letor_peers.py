@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -122,9 +124,41 @@ def fit_xgboost(splits: Split, seed: int):
     return ranker.predict(splits["test"].features), seconds
 
 
+def fit_ranklib(splits: Split, seed: int, *, jar: str, ranker: int, options: list[str]) -> tuple[np.ndarray, float]:
+    """RankLib (``java -jar JAR``) trained on the training split, with ``-validate`` when there is a
+    validation file (without one, on every training query, as ``-train T -test X`` runs it); fit
+    seconds are the whole training process (JVM start and file reading included)."""
+    java = shutil.which("java")
+    if java is None or not Path(jar).exists():
+        raise SystemExit(f"RankLib peers need a java runtime and the jar {jar!r}")
+    with tempfile.TemporaryDirectory(prefix="ranklib-") as folder:
+        paths = {name: Path(folder) / f"{name}.txt" for name in splits}
+        for name, path in paths.items():
+            write_letor(path, splits[name])
+        model, scores = Path(folder) / "model.txt", Path(folder) / "scores.txt"
+        command = [java, "-jar", jar, "-train", str(paths["train"]), "-ranker", str(ranker), *options]
+        command += ["-metric2t", "NDCG@10", "-missingZero", "-save", str(model)]
+        if "val" in splits:
+            command += ["-validate", str(paths["val"])]
+        start = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=True)
+        seconds = time.perf_counter() - start
+        rank = [java, "-jar", jar, "-load", str(model), "-rank", str(paths["test"]), "-missingZero"]
+        subprocess.run([*rank, "-score", str(scores)], capture_output=True, check=True)
+        # one "qid index score" line per document, in file order
+        values = np.array([float(line.split()[-1]) for line in scores.read_text().splitlines() if line.strip()])
+    return values, seconds
+
+
 PEERS: dict[str, Callable[[Split, int], tuple[np.ndarray, float]]] = {
     "lightgbm": fit_lightgbm,
     "xgboost": fit_xgboost,
+}
+# RankLib's rankers as the issue tracker ran them (its defaults; RankBoost: 300 rounds, 10 thresholds)
+RANKLIB = {
+    "ranklib-rankboost": (2, ["-round", "300", "-tc", "10"]),
+    "ranklib-coordascent": (4, []),
+    "ranklib-lambdamart": (6, []),
 }
 
 
@@ -135,9 +169,10 @@ def held_out_validation(train: LetorData, seed: int, fraction: float = 0.1) -> S
     return {"val": train.subset(np.sort(order[:n_val])), "train": train.subset(np.sort(order[n_val:]))}
 
 
-def folds(train: LetorData, k: int, seed: int, workdir: Path) -> list[dict[str, str]]:
+def folds(train: LetorData, k: int, seed: int, workdir: Path, *, with_val: bool = True) -> list[dict[str, str]]:
     """K (train, val, test) file triples over the queries of ``train``: fold f is the test split,
-    fold f+1 the validation split."""
+    fold f+1 the validation split (``with_val=False``: part of the training split, and no validation
+    file, as ``train.py data.train=... data.test=...`` is run)."""
     order = np.random.default_rng([seed, 7]).permutation(train.num_queries)
     parts = np.array_split(order, k)
     triples = []
@@ -145,7 +180,10 @@ def folds(train: LetorData, k: int, seed: int, workdir: Path) -> list[dict[str, 
         test, val = parts[f], parts[(f + 1) % k]
         rest = np.concatenate([parts[g] for g in range(k) if g not in (f, (f + 1) % k)])
         files = {}
-        for name, rows in (("train", rest), ("val", val), ("test", test)):
+        named = (("train", rest), ("val", val), ("test", test))
+        if not with_val:
+            named = (("train", np.concatenate([rest, val])), ("test", test))
+        for name, rows in named:
             path = workdir / f"fold{f}-{name}.txt"
             write_letor(path, train.subset(np.sort(rows)))
             files[name] = str(path)
@@ -161,7 +199,11 @@ def evaluate_setting(files: dict[str, str], args: argparse.Namespace, workdir: P
     for seed in args.seeds:
         peer_splits = dict(splits) if "val" in splits else {**splits, **held_out_validation(splits["train"], seed)}
         for name in args.peers:
-            scores, seconds = PEERS[name](peer_splits, seed)
+            if name in RANKLIB:
+                ranker, options = RANKLIB[name]
+                scores, seconds = fit_ranklib(splits, seed, jar=args.ranklib_jar, ranker=ranker, options=options)
+            else:
+                scores, seconds = PEERS[name](peer_splits, seed)
             rows.setdefault(name, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
         for model in args.models:
             scores, seconds = fit_ours(model, files, workdir, args.override, seed)
@@ -191,7 +233,11 @@ def main() -> None:
     parser.add_argument("--test", help="required unless --folds")
     parser.add_argument("--folds", type=int, default=0, help="cross-validate inside --train instead")
     parser.add_argument("--models", nargs="*", default=GRADIENT_MODELS, help="conf/model names of ours")
-    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=[*PEERS, *RANKLIB])
+    parser.add_argument("--ranklib-jar", help="RankLib's jar, for the ranklib-* peers (needs java)")
+    parser.add_argument(
+        "--no-val", action="store_true", help="with --folds: no validation file (its fold joins training)"
+    )
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for our models")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0])
     parser.add_argument("--json", help="also write every run's figures here")
@@ -200,7 +246,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="letor-peers-") as folder:
         workdir = Path(folder)
         if args.folds:
-            settings = folds(read_letor(args.train), args.folds, args.seeds[0], workdir)
+            settings = folds(read_letor(args.train), args.folds, args.seeds[0], workdir, with_val=not args.no_val)
         elif args.test:
             settings = [{"train": args.train, **({"val": args.val} if args.val else {}), "test": args.test}]
         else:
@@ -210,6 +256,8 @@ def main() -> None:
             for model, runs in evaluate_setting(files, args, workdir).items():
                 rows.setdefault(model, []).extend(runs)
     where = f"{args.folds}-fold cross-validation of {args.train}" if args.folds else f"test file {args.test}"
+    if args.folds and args.no_val:
+        where += " without validation files"
     note = (
         f"machine: {machine()}\n\n{where}; seeds {args.seeds}; overrides {args.override or 'none'}; "
         "mean (± std over folds and seeds)"
