@@ -77,7 +77,7 @@ class PairwiseReference:
         pi = torch.zeros(n, device=self.d.device).index_add_(0, self.top, self.d)
         pi = pi.index_add_(0, self.bottom, -self.d)
         r = pi @ self.above  # [F * J]
-        best = int(r.abs().argmax())
+        best = int(r.argmax())  # r > 0 only, as model=rankboost (and RankLib) choose
         j_count = self.thresholds.shape[1]
         feature, j = divmod(best, j_count)
         h = self.above[:, best]
@@ -103,8 +103,8 @@ def bench_device(args: argparse.Namespace, device: torch.device) -> None:
     n, f = features.shape
     sync(device)
     start = time.perf_counter()
-    data = prepare(features, labels, query, thresholds=args.thresholds)
-    learner = RankBoostLearner(data, alpha="approx")
+    data = prepare(features, labels, query, thresholds=args.thresholds, threshold_kind=args.threshold_kind)
+    learner = RankBoostLearner(data, alpha="approx", allow_negative=False)  # model=rankboost's defaults
     sync(device)
     layout = time.perf_counter() - start
     ours_rounds = time_rounds(learner.round, args.rounds, device)
@@ -120,7 +120,7 @@ def bench_device(args: argparse.Namespace, device: torch.device) -> None:
     reference = PairwiseReference(features, labels, query, finite)
     sync(device)
     ref_layout = time.perf_counter() - start
-    check = RankBoostLearner(data, alpha="approx")
+    check = RankBoostLearner(data, alpha="approx", allow_negative=False)
     for t in range(3):
         mine, theirs = check.round(), reference.round()
         if int(mine["feature"]) != theirs[0] or abs(float(mine["alpha"]) - theirs[2]) > 1e-3 * max(1, abs(theirs[2])):
@@ -176,7 +176,7 @@ def bench_ranklib(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model.txt"
         command = [java, "-jar", args.ranklib_jar, "-train", args.train, "-ranker", "2", "-round", str(args.rounds)]
-        command += ["-tc", str(args.thresholds_ranklib), "-metric2t", "NDCG@10", "-save", str(model)]
+        command += ["-tc", str(args.thresholds_ranklib), "-metric2t", "NDCG@10", "-missingZero", "-save", str(model)]
         start = time.perf_counter()
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         seconds = time.perf_counter() - start
@@ -184,11 +184,8 @@ def bench_ranklib(args: argparse.Namespace) -> None:
         print(f"RankLib RankBoost: fit process {seconds:.2f} s {elapsed[-1] if elapsed else ''}")
         if args.test:
             scores = Path(tmp) / "scores.txt"
-            subprocess.run(
-                [java, "-jar", args.ranklib_jar, "-load", str(model), "-rank", args.test, "-score", str(scores)],
-                capture_output=True,
-                check=True,
-            )
+            rank = [java, "-jar", args.ranklib_jar, "-load", str(model), "-rank", args.test, "-missingZero"]
+            subprocess.run([*rank, "-score", str(scores)], capture_output=True, check=True)
             values = np.array([float(line.split()[-1]) for line in scores.read_text().splitlines() if line.strip()])
             data = read_letor(args.test)
             query = np.repeat(np.arange(data.num_queries), np.diff(data.offsets))
@@ -201,7 +198,8 @@ def main() -> None:
     parser.add_argument("--test", default=None, help="LETOR file for trec_eval ndcg_cut_10 (RankLib, --exported)")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--reference-rounds", type=int, default=300, help="rounds of the reference actually timed")
-    parser.add_argument("--thresholds", type=int, default=30)
+    parser.add_argument("--thresholds", type=int, default=10)
+    parser.add_argument("--threshold-kind", default="ranklib", help="ranklib, uniform or quantile")
     parser.add_argument("--thresholds-ranklib", type=int, default=10)
     parser.add_argument("--device", default="all", help="cpu, cuda or all (cpu, and cuda when present)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -57,7 +57,7 @@ from rankers.export import export_scorer
 
 log = logging.getLogger(__name__)
 
-THRESHOLD_KINDS = ("quantile", "uniform")
+THRESHOLD_KINDS = ("quantile", "uniform", "ranklib")
 PAIR_WEIGHTS = ("pairs", "queries")
 ALPHAS = ("exact", "approx")
 NEG_INF = float("-inf")
@@ -169,11 +169,16 @@ def candidate_thresholds(
 
     Args: features ``[N, F]``; unranked ``[N, F]`` bool or None; count J; kind ``quantile`` (the
     ranked values at quantile levels ``j / J``, j = 0..J-1, the minimum included) or ``uniform``
-    (``min + j (max - min) / J``, RankLib's equal-width steps). A feature with at most J distinct
-    ranked values gets exactly those values. Duplicates become ``+inf`` (an empty ranker, r = 0).
+    (``min + j (max - min) / J``, equal-width steps). A feature with at most J distinct ranked values
+    gets exactly those values. ``ranklib`` is RankLib's RankBoost candidate set bit for bit, J + 1
+    columns: ``max``, then J - 1 times ``- (max - min) / J`` (subtracted step by step in float64),
+    and ``min - 1e8``; RankLib compares float32 values with these float64 thresholds, so each is
+    rounded down to the features' dtype (``x > t`` in float64 iff ``x > round_down(t)``). Duplicates
+    become ``+inf`` (an empty ranker, r = 0).
 
-    Returns ``thresholds [F, J]``, ``order [F, N]`` int32 (documents by decreasing ranked value,
-    unranked last), ``positions [F, J]`` (ranked documents above each threshold), ``n_ranked [F]``.
+    Returns ``thresholds [F, J]`` (``[F, J + 1]`` for ranklib), ``order [F, N]`` int32 (documents by
+    decreasing ranked value, unranked last), ``positions [F, J]`` (ranked documents above each
+    threshold), ``n_ranked [F]``.
     """
     if kind not in THRESHOLD_KINDS:
         raise ValueError(f"threshold kind must be one of {THRESHOLD_KINDS}, got {kind!r}")
@@ -190,7 +195,12 @@ def candidate_thresholds(
     else:
         low = ascending.gather(1, first.clamp_max(max(n - 1, 0))[:, None])
         high = ascending[:, -1:]
-        thresholds = (low.double() + levels[None, :] * (high - low).double()).to(features.dtype)
+        if kind == "ranklib":
+            thresholds = _ranklib_thresholds(low, high, count, features.dtype)
+        else:
+            thresholds = (low.double() + levels[None, :] * (high - low).double()).to(features.dtype)
+    if kind == "ranklib":
+        return _finish_candidates(thresholds, ascending, order_up, n_ranked)
     # few distinct values: exactly those (vectorized: the j-th new value of a feature goes to column j)
     new = torch.ones_like(ascending, dtype=torch.bool)
     new[:, 1:] = ascending[:, 1:] != ascending[:, :-1]
@@ -201,6 +211,27 @@ def candidate_thresholds(
     exact = torch.full((f, count + 1), float("inf"), dtype=features.dtype, device=features.device)
     exact.scatter_(1, torch.where(new, column, count).clamp(0, count), ascending)
     thresholds = torch.where(few[:, None], exact[:, :count], thresholds)
+    return _finish_candidates(thresholds, ascending, order_up, n_ranked)
+
+
+def _ranklib_thresholds(low: Tensor, high: Tensor, count: int, dtype: torch.dtype) -> Tensor:
+    """RankLib's candidates from per-feature ``[F, 1]`` min and max: ``[F, count + 1]`` (see above)."""
+    low, high = low.double(), high.double()
+    step = (high - low).abs() / count
+    columns = [high]
+    for _ in range(count - 1):  # step by step, as RankLib accumulates (bitwise the same values)
+        columns.append(columns[-1] - step)
+    columns.append(low - 1.0e8)
+    exact = torch.cat(columns, dim=1)
+    rounded = exact.to(dtype)
+    below = torch.nextafter(rounded, torch.full_like(rounded, float("-inf")))
+    return torch.where(rounded.double() > exact, below, rounded)
+
+
+def _finish_candidates(
+    thresholds: Tensor, ascending: Tensor, order_up: Tensor, n_ranked: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    n = ascending.shape[1]
     thresholds = torch.where((n_ranked > 0)[:, None], thresholds, torch.full_like(thresholds, float("inf")))
     # duplicates (a quantile repeated) would only repeat a candidate
     sorted_thresholds = thresholds.sort(1).values
@@ -256,7 +287,10 @@ def prepare(
         c = torch.where(with_pairs, 1.0 / (pairs * with_pairs.sum().clamp_min(1)).clamp_min(1.0), 0.0)
     log_c = torch.log(c).to(features.dtype)[query]
     cand, order, positions, n_ranked = candidate_thresholds(features, unranked, count=thresholds, kind=threshold_kind)
-    depth = positions.max(1).values  # [F]
+    # a candidate that takes every ranked document (RankLib's ``min - 1e8``) needs no prefix sum: its
+    # r is the sum of all potentials, so such candidates do not deepen the per-feature runs
+    partial = torch.where(positions < n_ranked[:, None], positions, torch.zeros_like(positions))
+    depth = partial.max(1).values  # [F]
     if unranked is not None:  # r with q_def = 1 needs the sum over every ranked document too
         depth = torch.maximum(depth, n_ranked)
     keep = torch.arange(order.shape[1], device=device)[None, :] < depth[:, None]
@@ -365,8 +399,9 @@ def candidate_r(pi: Tensor, data: BoostData) -> Tensor:
         return torch.where(index > 0, prefix[(index - 1).clamp_min(0)], 0.0)
 
     base = before(data.starts)[:, None]  # [F, 1]
-    above = before(data.starts[:, None] + data.positions) - base  # [F, J]
+    above = before((data.starts[:, None] + data.positions).clamp_max(len(prefix))) - base  # [F, J]
     if data.unranked is None:
+        above = torch.where(data.positions >= data.n_ranked[:, None], pi.sum(), above)  # every document
         return above[..., None].expand(*above.shape, 2)
     ranked_total = before(data.starts + data.n_ranked)[:, None] - base  # [F, 1]
     unranked_total = pi.sum() - ranked_total  # sum of pi over abstaining documents
@@ -431,10 +466,11 @@ class RankBoostLearner:
         if fixed is not None:  # without abstentions q_def changes nothing: report 0
             r = r[..., fixed : fixed + 1]
         merit = r.abs() if self.allow_negative else r
-        best = merit.reshape(-1).argmax()
+        # ties (rankers equal on the training data): the first feature, the highest threshold, as RankLib
+        best = merit.flip(1).reshape(-1).argmax()
         width = r.shape[1] * r.shape[2]
         feature, rest = best // width, best % width
-        j, q = rest // r.shape[2], rest % r.shape[2]
+        j, q = r.shape[1] - 1 - rest // r.shape[2], rest % r.shape[2]
         if fixed is not None:
             q = torch.full_like(q, fixed)
         threshold = data.thresholds[feature, j]
@@ -540,6 +576,12 @@ class RankBoostModule(pl.LightningModule):
 
     Args:
         n_features, normalizer: from ``datamodule.model_inputs()``.
+        normalize: threshold the normalized features (the datamodule's ``normalization``) or the raw
+            values (False, RankLib's way). A global z-score changes no ranker, only float rounding;
+            ``query_zscore`` changes the features themselves.
+        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it
+            (``conf/data/letor.yaml``), so ``model=rankboost`` trains on every query when no
+            validation file is given, as RankLib does.
         rounds: the most boosting rounds; rounds_per_epoch: rounds between Lightning validations.
         thresholds, threshold_kind: candidate thresholds per feature (``quantile`` or ``uniform``).
         missing: the raw feature value that means "unranked" (the paper's abstention, 0 for
@@ -561,13 +603,15 @@ class RankBoostModule(pl.LightningModule):
         *,
         n_features: int,
         normalizer: FeatureNormalizer | None = None,
+        normalize: bool = False,
+        val_fraction: float = 0.0,
         rounds: int = 300,
         rounds_per_epoch: int = 50,
-        thresholds: int = 30,
-        threshold_kind: str = "quantile",
+        thresholds: int = 10,
+        threshold_kind: str = "ranklib",
         missing: float | None = None,
         q_def: str | int = "best",
-        allow_negative: bool = True,
+        allow_negative: bool = False,
         alpha: str = "approx",
         smoothing: float = 1e-6,
         pair_weight: str = "pairs",
@@ -596,7 +640,9 @@ class RankBoostModule(pl.LightningModule):
             raise ValueError(f"model.monitor must be val/ndcg@k (computed every round), got {monitor!r}")
         self.monitor, self.monitor_k = monitor, int(k)
         self.automatic_optimization = False
-        self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
+        if normalizer is None or not normalize:
+            normalizer = FeatureNormalizer("none", num_features=n_features)
+        self.normalizer = normalizer
         # the ensemble, preallocated: checkpoints have one shape whatever the round
         self.register_buffer("ens_feature", torch.zeros(rounds, dtype=torch.long))
         self.register_buffer("ens_threshold", torch.zeros(rounds))

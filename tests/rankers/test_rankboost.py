@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import shutil
+import subprocess
 
 import numpy as np
 import onnxruntime
@@ -13,6 +16,7 @@ import torch
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from datamodules.letor_io import LetorData, write_letor
 from datamodules.normalization import FeatureNormalizer
 from rankers.pipeline import train
 from rankers.rankboost import (
@@ -227,6 +231,118 @@ def test_quantile_candidates_and_few_distinct_values():
 
 
 # --------------------------------------------------------------------------------------------------
+# RankLib's RankBoost (ciir.umass.edu.learning.boosting.RankBoost), transcribed as its loop runs
+# --------------------------------------------------------------------------------------------------
+def ranklib_reference(x, y, qid, *, rounds: int, count: int):
+    """RankLib's RankBoost as its Java runs it: D over every pair of a query with different labels,
+    candidates ``max, max - step, ...`` (float64, step by step) and ``min - 1e8`` scanned from the
+    highest, float32 values compared with float64 thresholds, the first strictly larger r kept
+    (feature order, then threshold order), alpha ``1/2 ln((Z + R) / (Z - R))`` with ``R = Z r``."""
+    n, f = len(x), len(x[0])
+    pairs = [(hi, lo) for hi in range(n) for lo in range(n) if qid[hi] == qid[lo] and y[hi] > y[lo]]
+    weight = {pair: 1.0 / len(pairs) for pair in pairs}
+    candidates = []
+    for k in range(f):
+        high, low = max(row[k] for row in x), min(row[k] for row in x)
+        step = abs(high - low) / count
+        column = [high]
+        for _ in range(count - 1):
+            column.append(column[-1] - step)
+        candidates.append(sorted([*column, low - 1.0e8], reverse=True))
+    z_prev, chosen = 1.0, []
+    for _ in range(rounds):
+        potential = [0.0] * n
+        for (hi, lo), w in weight.items():
+            potential[hi] += w
+            potential[lo] -= w
+        best_r, best = -10.0, None
+        for k in range(f):
+            for theta in candidates[k]:
+                r = sum(potential[i] for i in range(n) if x[i][k] > theta)
+                if r > best_r:
+                    best_r, best = r, (k, theta)
+        k, theta = best
+        big_r = z_prev * best_r
+        alpha = 0.5 * math.log((z_prev + big_r) / (z_prev - big_r))
+        h = [float(row[k] > theta) for row in x]
+        weight = {(hi, lo): w * math.exp(alpha * (h[lo] - h[hi])) for (hi, lo), w in weight.items()}
+        z_prev = sum(weight.values())
+        weight = {pair: w / z_prev for pair, w in weight.items()}
+        chosen.append({"feature": k, "threshold": theta, "alpha": alpha, "h": h})
+    return chosen
+
+
+@pytest.mark.parametrize("count", [3, 10])
+def test_ranklib_thresholds_reproduce_ranklibs_ensemble_round_by_round(count):
+    # float32 values on a grid of thirds: RankLib's float64 thresholds (1 - 1/3 = 0.666...67 < 2/3 in
+    # float32) put grid values above the threshold, which only rounding the threshold down reproduces
+    x, y, qid = small_data(4, n_queries=6, docs=8, n_features=5, ties=True)
+    x32 = x.astype(np.float32)
+    rounds = 8
+    reference = ranklib_reference(x32.astype(np.float64).tolist(), y.tolist(), qid.tolist(), rounds=rounds, count=count)
+    options = {"q_def": 0, "allow_negative": False, "alpha": "approx", "smoothing": 0.0}
+    fitted = fit_rankboost(
+        torch.from_numpy(x32),
+        torch.tensor(y),
+        torch.tensor(qid),
+        rounds=rounds,
+        thresholds=count,
+        threshold_kind="ranklib",
+        **options,
+    )
+    h = weak_outputs(torch.from_numpy(x32), None, fitted["feature"], fitted["threshold"], fitted["q_def"])
+    for t, expected in enumerate(reference):
+        assert int(fitted["feature"][t]) == expected["feature"], t
+        assert h[:, t].tolist() == expected["h"], t  # the same documents above the threshold
+        # and the same threshold among those that split the training data alike (the highest)
+        assert float(fitted["threshold"][t]) == pytest.approx(expected["threshold"], abs=1e-6), t
+        assert float(fitted["alpha"][t]) == pytest.approx(expected["alpha"], rel=1e-5), t
+
+
+def test_ranklib_candidates_are_rankLibs_float64_values_rounded_down():
+    x = torch.tensor([[0.0], [1.0 / 3.0], [2.0 / 3.0], [1.0]], dtype=torch.float32)
+    thresholds, _, positions, _ = candidate_thresholds(x, None, count=3, kind="ranklib")
+    exact = [1.0, 1.0 - 1.0 / 3.0, 1.0 - 1.0 / 3.0 - 1.0 / 3.0, 0.0 - 1.0e8]
+    for value in x[:, 0].double().tolist():  # x > t in float64 iff x > the float32 threshold
+        above_exact = sorted(value > t for t in exact)
+        above_ours = sorted(bool(value > t) for t in thresholds[0].tolist())
+        assert above_exact == above_ours, value
+    assert sorted(positions[0].tolist()) == [0, 2, 3, 4]  # 2/3 and 1/3 themselves count as above
+
+
+def test_same_ensemble_as_ranklibs_jar(tmp_path):
+    """RankLib itself (``RANKLIB_JAR=RankLib.jar``, java on PATH) against train.py's default RankBoost."""
+    jar, java = os.environ.get("RANKLIB_JAR"), shutil.which("java")
+    if not jar or java is None:
+        pytest.skip("set RANKLIB_JAR to a RankLib jar (and have java) to compare with RankLib itself")
+    x, y, qid = small_data(5, n_queries=20, docs=15, n_features=12, levels=3)
+    data = LetorData(x.astype(np.float32), y.astype(np.float32), qid, np.r_[0, np.cumsum(np.full(20, 15))], "mem")
+    path, model_file = tmp_path / "train.txt", tmp_path / "model.txt"
+    write_letor(path, data)
+    command = [java, "-jar", jar, "-train", str(path), "-ranker", "2", "-round", "40", "-tc", "10"]
+    subprocess.run([*command, "-missingZero", "-save", str(model_file)], check=True, capture_output=True)
+    line = next(t for t in model_file.read_text().splitlines() if t.strip() and not t.startswith("#")).split()
+    theirs = [(int(f) - 1, float(theta), float(a)) for f, theta, a in (token.split(":") for token in line)]
+    module = RankBoostModule(n_features=12, rounds=40)
+    fitted = fit_rankboost(
+        torch.from_numpy(data.features),
+        torch.from_numpy(data.labels).double(),
+        torch.from_numpy(qid),
+        rounds=40,
+        thresholds=module.hparams.thresholds,
+        threshold_kind=module.hparams.threshold_kind,
+        q_def=0,
+        allow_negative=module.hparams.allow_negative,
+        alpha=module.hparams.alpha,
+        smoothing=0.0,
+    )
+    raw = torch.from_numpy(data.features).double()
+    their_scores = sum(a * (raw[:, f] > theta).double() for f, theta, a in theirs)
+    our_h = weak_outputs(raw, None, fitted["feature"], fitted["threshold"].double(), fitted["q_def"].double())
+    torch.testing.assert_close(our_h @ fitted["alpha"].double(), their_scores, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
 # under train.py
 # --------------------------------------------------------------------------------------------------
 SYNTHETIC = [
@@ -291,7 +407,7 @@ def test_train_py_fits_logs_rounds_and_exports_a_matching_scorer(make_cfg, tmp_p
 
 def test_export_with_abstentions_and_query_normalization(tmp_path):
     normalizer = FeatureNormalizer("query_zscore", num_features=3)
-    model = RankBoostModule(n_features=3, normalizer=normalizer, rounds=3, missing=0.0)
+    model = RankBoostModule(n_features=3, normalizer=normalizer, normalize=True, rounds=3, missing=0.0)
     model.ens_feature[:3] = torch.tensor([0, 2, 1])
     model.ens_threshold[:3] = torch.tensor([0.1, -0.5, 0.0])
     model.ens_q_def[:3] = torch.tensor([1.0, 0.0, 1.0])
