@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kernels import pairwise_perceptron_cpu, prank_cpu, prank_triton
+from kernels import lambdarank_cpu, pairwise_perceptron_cpu, prank_cpu, prank_triton
 from kernels._cpp import CppKernel
 
 
@@ -28,7 +28,8 @@ def _build(kernel: CppKernel) -> bool:
 
 
 def main() -> int:
-    built = [_build(kernel) for kernel in (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL)]
+    kernels = (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL, lambdarank_cpu.KERNEL)
+    built = [_build(kernel) for kernel in kernels]
     print(f"PRank Triton kernel: {prank_triton.status()}")
     return 0 if all(built) else 1
 

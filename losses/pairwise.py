@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kernels import lambdarank_cpu
 from losses._common import Reduction, as_float32, no_autocast, reduce, row_chunks
 from metrics.ranking import Gain, discounts, gains, ideal_dcg, sort_by_scores
 
@@ -159,6 +160,10 @@ def pairwise_sums(
     """
     batch, length = scores.shape
     ranked = lambdaweight_fn is not None
+    if ranked and targets is None:
+        fused = _fused_lambdarank(scores, labels, mask, pair_fn, lambdaweight_fn, sigma=sigma, k=k, gain=gain)
+        if fused is not None:
+            return fused
     if ranked:
         if targets is not None:
             raise ValueError("soft targets are not supported with a lambda weight")
@@ -223,6 +228,38 @@ def pairwise_sums(
     if ranked:
         grad = torch.zeros_like(grad).scatter(1, order, grad)
     return cost, grad, count
+
+
+def _fused_lambdarank(
+    scores: Tensor,
+    labels: Tensor,
+    mask: Tensor,
+    pair_fn: PairFn,
+    lambdaweight_fn: LambdaWeightFn | None,
+    *,
+    sigma: float,
+    k: int | None,
+    gain: Gain,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """LambdaRank's sums through ``kernels.lambdarank_cpu`` (float32 CPU, no graph recorded), or
+    None where the tensor path runs instead."""
+    usable = (
+        pair_fn is logistic_pair
+        and lambdaweight_fn is delta_ndcg_weight
+        and scores.device.type == "cpu"
+        and scores.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and lambdarank_cpu.enabled()
+    )
+    if not usable:
+        return None
+    length = scores.shape[1]
+    discount = discounts(length + 1, scores.device, scores.dtype)
+    if k is not None:
+        discount = discount * (torch.arange(length + 1, device=scores.device) < k)
+    top = length if k is None else min(k, length)
+    gain_values = gains(labels, gain) * mask  # refuses labels whose gain overflows, as the tensor path
+    return lambdarank_cpu.lambdarank_pairs(scores, labels, gain_values, mask, discount, sigma=sigma, top=top)
 
 
 class _PairwiseSums(torch.autograd.Function):

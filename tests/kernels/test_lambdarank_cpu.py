@@ -1,0 +1,93 @@
+"""The fused LambdaRank CPU kernel against the tensor path of the pairwise scaffold (value, lambdas,
+pair counts), over cut-offs, ties, padding, gains and shapes; and the fallback without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import lambdarank_cpu
+from losses.lambdarank import lambdarank_loss, lambdas
+from losses.pairwise import delta_ndcg_weight, logistic_pair, pairwise_sums
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    assert lambdarank_cpu.kernel() is not None, "the LambdaRank CPU kernel could not be built"
+
+
+def _inputs(batch: int, length: int, seed: int, *, ties: bool = False, levels: int = 5):
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(batch, length, generator=generator)
+    if ties:  # scores on a coarse grid: many ties, broken by list position in both paths
+        scores = (scores * 2).round() / 2
+    labels = torch.randint(0, levels, (batch, length), generator=generator).float()
+    lengths = torch.randint(0, length + 1, (batch,), generator=generator)
+    lengths[0] = length
+    mask = torch.arange(length)[None] < lengths[:, None]
+    # real documents anywhere in the list, not only first
+    mask = mask.gather(1, torch.argsort(torch.rand(batch, length, generator=generator), dim=1))
+    return scores, labels, mask
+
+
+def _sums(scores, labels, mask, *, fused: bool, monkeypatch, **options):
+    monkeypatch.setenv("LTR_CPU_KERNELS", "1" if fused else "0")
+    with torch.no_grad():
+        return pairwise_sums(scores, labels, mask, pair_fn=logistic_pair, lambdaweight_fn=delta_ndcg_weight, **options)
+
+
+CASES = {
+    "all pairs": ({}, {}),
+    "k=10": ({}, {"k": 10}),
+    "k=1": ({}, {"k": 1}),
+    "k longer than the list": ({}, {"k": 500}),
+    "sigma=2.5": ({}, {"sigma": 2.5}),
+    "linear gain": ({}, {"gain": "linear"}),
+    "tied scores": ({"ties": True}, {}),
+    "binary labels": ({"levels": 2}, {"k": 5}),
+}
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (3, 200), (1, 2)])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_kernel_equals_the_tensor_path(case, shape, monkeypatch):
+    data_options, options = CASES[case]
+    scores, labels, mask = _inputs(*shape, seed=sum(shape), **data_options)
+    fused = _sums(scores, labels, mask, fused=True, monkeypatch=monkeypatch, **options)
+    tensor = _sums(scores, labels, mask, fused=False, monkeypatch=monkeypatch, **options)
+    for name, ours, reference in zip(("cost", "grad", "count"), fused, tensor, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=2e-5, atol=1e-6, msg=name)
+    assert torch.equal(fused[1][~mask], torch.zeros_like(fused[1][~mask]))  # nothing reaches padding
+
+
+def test_the_loss_uses_it_and_autograd_gets_the_same_gradient(monkeypatch):
+    scores, labels, mask = _inputs(16, 64, seed=3)
+    results = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("LTR_CPU_KERNELS", flag)
+        x = scores.clone().requires_grad_(True)
+        value = lambdarank_loss(x, labels, mask)
+        value.backward()
+        results[flag] = (value.detach(), x.grad, lambdas(scores, labels, mask))
+    for ours, reference in zip(results["1"], results["0"], strict=True):
+        torch.testing.assert_close(ours, reference, rtol=2e-5, atol=1e-6)
+
+
+def test_lists_without_pairs_give_zero(monkeypatch):
+    scores = torch.randn(3, 5)
+    labels = torch.tensor([[1.0, 1, 1, 1, 1], [0, 2, 0, 0, 0], [3, 1, 2, 0, 1]])
+    mask = torch.tensor([[True] * 5, [False, True, False, False, False], [False] * 5])
+    cost, grad, count = _sums(scores, labels, mask, fused=True, monkeypatch=monkeypatch)
+    assert cost.tolist() == [0.0, 0.0, 0.0] and count.tolist() == [0.0, 0.0, 0.0]
+    assert torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_without_the_kernel_the_tensor_path_runs(monkeypatch):
+    scores, labels, mask = _inputs(4, 20, seed=9)
+    expected = _sums(scores, labels, mask, fused=False, monkeypatch=monkeypatch)
+    monkeypatch.setattr(lambdarank_cpu.KERNEL, "_module", None)
+    monkeypatch.setattr(lambdarank_cpu.KERNEL, "_tried", True)
+    assert lambdarank_cpu.lambdarank_pairs(scores, labels, labels, mask, torch.ones(21), sigma=1.0, top=20) is None
+    got = _sums(scores, labels, mask, fused=True, monkeypatch=monkeypatch)
+    for ours, reference in zip(got, expected, strict=True):
+        torch.testing.assert_close(ours, reference)
