@@ -14,6 +14,10 @@ tolerance, so there only the time compares.
 
     python bench/losses.py                 # CPU, and CUDA when present
     python bench/losses.py --device cpu --shapes 64x128 --allrank-site /work/peers/allrank
+    python bench/losses.py --device cpu --shapes 64x128 16x512 --losses "lambdarank (all pairs)" lambdarank@10
+
+"fused ms" is ours with the fused C++ CPU kernel (``kernels.lambdarank_cpu``, LambdaRank only); the
+"ours ms" column is then the tensor path (``LTR_CPU_KERNELS=0``), measured in the same run.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
@@ -251,7 +256,7 @@ def forward_backward(fn, scores, labels, mask):
 def measure(loss: str, side: str, batch: int, length: int, device: torch.device, site: str | None) -> dict:
     """One measurement; run in its own process so that peak RSS belongs to it alone."""
     ours, reference, allrank, _ = implementations(site)[loss]
-    fn = {"ours": ours, "reference": reference, "allrank": allrank}[side]
+    fn = {"ours": ours, "fused": ours, "reference": reference, "allrank": allrank}[side]
     scores, labels, mask = make_inputs(batch, length, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -280,6 +285,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--shapes", nargs="*", default=[f"{b}x{n}" for b, n in SHAPES])
     parser.add_argument("--allrank-site", help="folder holding an allRank 1.4.3 install (--no-deps)")
+    parser.add_argument("--losses", nargs="*", default=list(LOSSES), choices=list(LOSSES))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -292,9 +298,9 @@ def main() -> None:
     print("peak MB: CUDA max_memory_allocated, or on CPU the rise of the process's peak RSS while timing")
     print(
         "| device | loss | shape [B, L] | ours ms | reference ms | ref/ours | allRank ms | allRank/ours "
-        "| ours peak MB | reference peak MB |"
+        "| ours peak MB | reference peak MB | fused ms | allRank/fused |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     impls = implementations(args.allrank_site)
     for device in devices:
         check_same_gradients(torch.device(device), args.allrank_site)
@@ -302,21 +308,28 @@ def main() -> None:
             batch, length = map(int, shape.split("x"))
             for loss, (_, _, allrank, _) in impls.items():
                 longest = LOSSES[loss][3]
-                if longest is not None and length > longest:
+                if loss not in args.losses or (longest is not None and length > longest):
                     continue
+                fused = device == "cpu" and loss.startswith("lambdarank")
                 row = {}
-                for side in ("ours", "reference") + (("allrank",) if allrank else ()):
+                for side in ("ours", "reference") + (("allrank",) if allrank else ()) + (("fused",) if fused else ()):
                     child = [sys.executable, __file__, "--child", f"{loss}|{side}|{batch}|{length}|{device}"]
                     if args.allrank_site:
                         child += ["--allrank-site", args.allrank_site]
-                    out = subprocess.run(child, capture_output=True, text=True, check=True).stdout
+                    # "ours" is the tensor path; "fused" the same loss with the C++ kernel allowed
+                    env = {**os.environ, "LTR_CPU_KERNELS": "1" if side == "fused" else "0"}
+                    out = subprocess.run(child, capture_output=True, text=True, check=True, env=env).stdout
                     row[side] = json.loads(out.strip().splitlines()[-1])
                 ours_ms = row["ours"]["ms"]
                 peer = f"{row['allrank']['ms']:.2f} | {row['allrank']['ms'] / ours_ms:.1f}x" if allrank else "- | -"
+                fused_cells = "- | -"
+                if fused:
+                    ratio = f"{row['allrank']['ms'] / row['fused']['ms']:.1f}x" if allrank else "-"
+                    fused_cells = f"{row['fused']['ms']:.2f} | {ratio}"
                 print(
                     f"| {device} | {loss} | [{batch}, {length}] | {ours_ms:.2f} | {row['reference']['ms']:.2f} | "
                     f"{row['reference']['ms'] / ours_ms:.1f}x | {peer} | {row['ours']['peak_mb']:.0f} | "
-                    f"{row['reference']['peak_mb']:.0f} |",
+                    f"{row['reference']['peak_mb']:.0f} | {fused_cells} |",
                     flush=True,
                 )
 
