@@ -23,8 +23,10 @@ KERNEL = CppKernel(
     Path(__file__).with_name("pairwise_perceptron_cpu.cpp"),
     prefix="ltr_pairwise_perceptron_cpu",
     label="pairwise perceptron CPU kernel",
-    # no contraction into fused multiply-adds: the tensor path rounds each product and each sum
-    cflags=("-O3", "-ffp-contract=off"),
+    # no contraction into fused multiply-adds: the tensor path rounds each product and each sum;
+    # -fopenmp: without it at::parallel_for runs the runs one after another on one thread
+    cflags=("-O3", "-ffp-contract=off", "-fopenmp"),
+    ldflags=("-fopenmp",),
 )
 
 
