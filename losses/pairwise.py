@@ -249,6 +249,7 @@ def _fused_lambdarank(
         and scores.device.type == "cpu"
         and scores.dtype == torch.float32
         and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()  # an opaque C++ call would break the graph
         and lambdarank_cpu.enabled()
     )
     if not usable:
