@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels import lambdarank_cpu
+from kernels import lambdarank_cpu, lambdarank_triton
 from losses._common import Reduction, as_float32, no_autocast, reduce, row_chunks
 from metrics.ranking import Gain, discounts, gains, ideal_dcg, sort_by_scores
 
@@ -175,6 +175,13 @@ def pairwise_sums(
         gain_sorted = gains(y, gain) * m
         inverse_ideal = 1.0 / ideal_dcg(labels, mask, k=k, gain=gain).to(scores.dtype)
         inverse_ideal = torch.where(torch.isfinite(inverse_ideal), inverse_ideal, torch.zeros_like(inverse_ideal))
+        if targets is None and _triton_usable(s, pair_fn, lambdaweight_fn):
+            fused = lambdarank_triton.try_lambdarank_pairs(
+                s, y, gain_sorted, m.sum(1), discount_k, inverse_ideal, sigma=sigma, top=top
+            )
+            if fused is not None:
+                cost, grad, count = fused
+                return cost, torch.zeros_like(grad).scatter(1, order, grad), count
     else:
         s, y, m, top = scores, labels, mask, length
 
@@ -261,6 +268,21 @@ def _fused_lambdarank(
     top = length if k is None else min(k, length)
     gain_values = gains(labels, gain) * mask  # refuses labels whose gain overflows, as the tensor path
     return lambdarank_cpu.lambdarank_pairs(scores, labels, gain_values, mask, discount, sigma=sigma, top=top)
+
+
+def _triton_usable(s: Tensor, pair_fn: PairFn, lambdaweight_fn: LambdaWeightFn | None) -> bool:
+    """LambdaRank on CUDA float32 outside autograd and compilation goes through
+    ``kernels.lambdarank_triton`` (``LTR_TRITON_KERNELS=0`` turns it off)."""
+    return (
+        pair_fn is logistic_pair
+        and lambdaweight_fn is delta_ndcg_weight
+        and s.device.type == "cuda"
+        and s.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and lambdarank_triton.enabled()
+        and lambdarank_triton.available(s.device)
+    )
 
 
 class _PairwiseSums(torch.autograd.Function):

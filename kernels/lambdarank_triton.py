@@ -1,0 +1,185 @@
+"""LambdaRank's cost and lambdas on CUDA as one Triton kernel that tiles the pairs and never stores them.
+
+Why it exists: the tensor path of ``losses.pairwise.pairwise_sums`` writes about ten ``[B, rows, L]``
+temporaries per block (difference, sign, softplus, sigmoid, weight, products) and reads them back;
+for long lists that traffic, not the arithmetic, is the cost. Here a program owns ``BLOCK_I`` ranked
+rows of one query, walks the columns in ``BLOCK_J`` tiles, computes each pair's cost and push in
+registers, sums the rows' pushes in registers and adds the columns' into the gradient with atomics:
+forward and backward in one pass, O(B·L) memory, O(B·min(k, L)·L) work. Reference: the tensor path
+(same pairs, weights and formulas as ``kernels.lambdarank_cpu``); parity tests in
+``tests/kernels/test_lambdarank_triton.py`` run it on CPU through Triton's interpreter
+(``TRITON_INTERPRET=1``) and on CUDA when present.
+
+Inputs are ranked by score (``sort_by_scores``: real documents first), as the tensor path ranks them.
+The scaffold uses it for LambdaRank on float32 CUDA tensors outside autograd and ``torch.compile``;
+``LTR_TRITON_KERNELS=0`` turns it off. Untested on GPU hardware so far (no session had one): the
+interpreter parity tests pass, and ``pytest -m gpu`` checks it on the first GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs: the tensor path still runs
+    triton = None
+
+    class tl:  # stands in for triton.language so the kernel's annotations evaluate
+        constexpr = None
+
+
+def _lambdarank_pairs_kernel(
+    s_ptr,
+    y_ptr,
+    g_ptr,
+    n_ptr,
+    d_ptr,
+    inv_ptr,
+    grad_ptr,
+    cost_ptr,
+    count_ptr,
+    L,
+    top,
+    sigma,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+):
+    # rows [first, first + BLOCK_I) of query `b`, every column j > i of the query's n real documents
+    b = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    n = tl.load(n_ptr + b).to(tl.int32)
+    row_ok = rows < tl.minimum(n, top)
+    base = b * L
+    s_i = tl.load(s_ptr + base + rows, mask=row_ok, other=0.0)
+    y_i = tl.load(y_ptr + base + rows, mask=row_ok, other=0.0)
+    g_i = tl.load(g_ptr + base + rows, mask=row_ok, other=0.0)
+    d_i = tl.load(d_ptr + rows, mask=row_ok, other=0.0)
+    inverse_ideal = tl.load(inv_ptr + b)
+    row_push = tl.full([BLOCK_I], 0.0, tl.float32)
+    row_cost = tl.full([BLOCK_I], 0.0, tl.float32)
+    row_count = tl.full([BLOCK_I], 0.0, tl.float32)
+    for start in range(0, L, BLOCK_J):
+        cols = start + tl.arange(0, BLOCK_J)
+        col_ok = cols < n
+        s_j = tl.load(s_ptr + base + cols, mask=col_ok, other=0.0)
+        y_j = tl.load(y_ptr + base + cols, mask=col_ok, other=0.0)
+        g_j = tl.load(g_ptr + base + cols, mask=col_ok, other=0.0)
+        d_j = tl.load(d_ptr + cols, mask=col_ok, other=0.0)
+        pair = row_ok[:, None] & col_ok[None, :] & (cols[None, :] > rows[:, None])
+        gap = y_i[:, None] - y_j[None, :]
+        sign = tl.where(pair, (gap > 0.0).to(tl.float32) - (gap < 0.0).to(tl.float32), 0.0)
+        x = sign * sigma * (s_i[:, None] - s_j[None, :])
+        e = tl.exp(-tl.abs(x))
+        softplus_minus_x = tl.maximum(-x, 0.0) + tl.log(1.0 + e)
+        sigmoid_minus_x = tl.where(x >= 0.0, e, 1.0) / (1.0 + e)
+        weight = tl.abs(g_i[:, None] - g_j[None, :]) * tl.abs(d_i[:, None] - d_j[None, :]) * inverse_ideal
+        weight = weight * tl.abs(sign)
+        push = -sigmoid_minus_x * weight * sign * sigma
+        row_cost += tl.reduce(weight * softplus_minus_x, 1, tl.standard._sum_combine)
+        row_push += tl.reduce(push, 1, tl.standard._sum_combine)
+        row_count += tl.reduce(tl.abs(sign), 1, tl.standard._sum_combine)
+        tl.atomic_add(grad_ptr + base + cols, -tl.reduce(push, 0, tl.standard._sum_combine), mask=col_ok)
+    tl.atomic_add(grad_ptr + base + rows, row_push, mask=row_ok)
+    tl.atomic_add(cost_ptr + b, tl.reduce(row_cost, 0, tl.standard._sum_combine))
+    tl.atomic_add(count_ptr + b, tl.reduce(row_count, 0, tl.standard._sum_combine))
+
+
+_KERNELS: dict[bool, object] = {}
+
+
+def interpret_requested() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def _kernel(interpret: bool):
+    """The kernel compiled for the GPU, or run by Triton's interpreter (CPU tensors, tests)."""
+    if interpret not in _KERNELS:
+        if interpret:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            _KERNELS[interpret] = InterpretedFunction(_lambdarank_pairs_kernel)
+        else:
+            from triton.runtime.jit import JITFunction
+
+            _KERNELS[interpret] = JITFunction(_lambdarank_pairs_kernel)
+    return _KERNELS[interpret]
+
+
+_FAILED: list[str] = []  # the first launch error, after which the scaffold keeps to the tensor path
+
+
+def enabled() -> bool:
+    """Whether the pairwise scaffold may use the kernel on CUDA (``LTR_TRITON_KERNELS=0`` says no,
+    and so does a launch that failed once)."""
+    return os.environ.get("LTR_TRITON_KERNELS", "1") != "0" and not _FAILED
+
+
+def try_lambdarank_pairs(*args, **kwargs) -> tuple[Tensor, Tensor, Tensor] | None:
+    """``lambdarank_pairs``, or None (warning once, then never again) if the kernel fails to compile
+    or launch, so that a training run falls back to the tensor path instead of stopping."""
+    try:
+        return lambdarank_pairs(*args, **kwargs)
+    except Exception as error:  # a Triton / driver version this kernel was never compiled with
+        _FAILED.append(f"{type(error).__name__}: {error}"[:300])
+        warnings.warn(f"LambdaRank Triton kernel failed, using the tensor path: {_FAILED[0]}", stacklevel=2)
+        return None
+
+
+def available(device: torch.device) -> bool:
+    """Triton is installed and can run on ``device``: CUDA, or CPU under ``TRITON_INTERPRET=1``."""
+    if triton is None:
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and interpret_requested())
+
+
+def lambdarank_pairs(
+    scores: Tensor,
+    labels: Tensor,
+    gains: Tensor,
+    lengths: Tensor,
+    discount: Tensor,
+    inverse_ideal: Tensor,
+    *,
+    sigma: float,
+    top: int,
+    block_i: int = 16,
+    block_j: int = 64,
+    num_warps: int = 4,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(cost [B], grad [B, L], count [B])`` in ranked order.
+
+    ``scores, labels, gains [B, L]`` ranked by score with the ``lengths [B]`` real documents first;
+    ``discount [L + 1]`` (0 at ranks >= k); ``inverse_ideal [B]``; pairs have a row among the first
+    ``top`` ranks. Block sizes and warps are a starting point, not tuned on hardware.
+    """
+    if triton is None:
+        raise RuntimeError("triton is not installed")
+    batch, length = scores.shape
+    as_f32 = [t.to(torch.float32).contiguous() for t in (scores, labels, gains)]
+    grad = torch.zeros_like(as_f32[0])
+    cost = torch.zeros(batch, dtype=torch.float32, device=scores.device)
+    count = torch.zeros_like(cost)
+    rows = max(1, min(top, length))
+    grid = (batch, triton.cdiv(rows, block_i))
+    interpret = scores.device.type == "cpu" or interpret_requested()
+    options = {"BLOCK_I": block_i, "BLOCK_J": block_j} | ({} if interpret else {"num_warps": num_warps})
+    _kernel(interpret)[grid](
+        *as_f32,
+        lengths.to(torch.int32).contiguous(),
+        discount.to(torch.float32).contiguous(),
+        inverse_ideal.to(torch.float32).contiguous(),
+        grad,
+        cost,
+        count,
+        length,
+        int(top),
+        float(sigma),
+        **options,
+    )
+    return cost, grad, count
