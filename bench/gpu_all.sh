@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU figure of issue 14 in one call (about 8 minutes on one H100), as one markdown file:
+# Every GPU figure of issue 14 in one call (about 10 minutes on one H100), as one markdown file:
 #
 #     bash bench/gpu_all.sh [OUT.md]          # default: $OUT/gpu_figures.md, else ./gpu_figures.md
 #     STEPS="tests perceptron" bash bench/gpu_all.sh   # a subset
@@ -12,11 +12,12 @@
 #   table1      the same at R=60 (Table 1's three tau in one tensor) with the Triton launch sweep
 #   harrington  python train.py experiment=harrington2003 harrington.device=cuda (the whole Table 1)
 #   training    bench/train_throughput.py --device cuda: one MSLR-WEB30K-sized epoch
+#   losses      bench/losses.py --device cuda: LambdaRank's Triton kernel vs the tensor path and the reference
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 OUTFILE="${1:-${OUT:-.}/gpu_figures.md}"
-STEPS="${STEPS:-build tests perceptron table1 harrington training}"
+STEPS="${STEPS:-build tests perceptron table1 harrington training losses}"
 LOGDIR="$(dirname "$OUTFILE")/gpu_logs"
 mkdir -p "$LOGDIR"
 export PYTHONUNBUFFERED=1
@@ -53,12 +54,13 @@ step() {
 }
 
 TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep)'
-step build 300 '^PRank' python -m kernels.build
+step build 300 'kernel' python -m kernels.build
 step tests 240 '(passed|failed|error|skipped)' python -m pytest -q -m gpu -p no:cacheprovider tests/
 step perceptron 150 "$TABLE" python bench/perceptron.py --device cuda --dims 6 300
 step table1 120 "$TABLE" python bench/perceptron.py --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
 step harrington 150 "$TABLE" python train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
 step training 330 "$TABLE" python bench/train_throughput.py --device cuda
+step losses 150 "$TABLE" python bench/losses.py --device cuda --shapes 64x128 16x512 4x4096 --losses "lambdarank (all pairs)" lambdarank@10
 
 echo >> "$OUTFILE"
 echo "Full logs: $LOGDIR" >> "$OUTFILE"

@@ -16,8 +16,9 @@ tolerance, so there only the time compares.
     python bench/losses.py --device cpu --shapes 64x128 --allrank-site /work/peers/allrank
     python bench/losses.py --device cpu --shapes 64x128 16x512 --losses "lambdarank (all pairs)" lambdarank@10
 
-"fused ms" is ours with the fused C++ CPU kernel (``kernels.lambdarank_cpu``, LambdaRank only); the
-"ours ms" column is then the tensor path (``LTR_CPU_KERNELS=0``), measured in the same run.
+"fused ms" is ours with the fused kernel (LambdaRank only): ``kernels.lambdarank_cpu`` on CPU,
+``kernels.lambdarank_triton`` on CUDA; the "ours ms" column is then the tensor path
+(``LTR_CPU_KERNELS=0 LTR_TRITON_KERNELS=0``), measured in the same run.
 """
 
 from __future__ import annotations
@@ -310,14 +311,15 @@ def main() -> None:
                 longest = LOSSES[loss][3]
                 if loss not in args.losses or (longest is not None and length > longest):
                     continue
-                fused = device == "cpu" and loss.startswith("lambdarank")
+                fused = loss.startswith("lambdarank")
                 row = {}
                 for side in ("ours", "reference") + (("allrank",) if allrank else ()) + (("fused",) if fused else ()):
                     child = [sys.executable, __file__, "--child", f"{loss}|{side}|{batch}|{length}|{device}"]
                     if args.allrank_site:
                         child += ["--allrank-site", args.allrank_site]
                     # "ours" is the tensor path; "fused" the same loss with the C++ kernel allowed
-                    env = {**os.environ, "LTR_CPU_KERNELS": "1" if side == "fused" else "0"}
+                    allowed = "1" if side == "fused" else "0"
+                    env = {**os.environ, "LTR_CPU_KERNELS": allowed, "LTR_TRITON_KERNELS": allowed}
                     out = subprocess.run(child, capture_output=True, text=True, check=True, env=env).stdout
                     row[side] = json.loads(out.strip().splitlines()[-1])
                 ours_ms = row["ours"]["ms"]
