@@ -1,14 +1,18 @@
-// LambdaRank's cost and lambdas over the pairs of ranked lists, fused into one pass per row on CPU.
+// The logistic pairwise losses (RankNet, LambdaRank, LambdaLoss) over ranked lists: cost, lambdas and
+// pair counts fused into one pass per row on CPU.
 //
 // Each query is ranked by score here (real documents first); for a row i < min(top, n) and every
 // column j in (i, n) with different labels, x = sign(y_i - y_j) sigma (s_i - s_j) and
-//   w    = |g_i - g_j| |d_i - d_j| / IDCG          (|Delta NDCG@k|; d is 0 at ranks >= k)
-//   cost += w softplus(-x)
-//   push  = -w sigmoid(-x) sign sigma,  grad_i += push,  grad_j -= push
-// exactly the pairs, weights and formulas of losses.pairwise.pairwise_sums with logistic_pair and
-// delta_ndcg_weight. The inner loop over j is branch-free so the compiler vectorizes it (with
-// vector expf / log1pf from glibc's libmvec under -ffast-math); rows of different queries run on
-// different threads.
+//   w     = 1                                                              (RankNet: unit weights)
+//         or |g_i - g_j| / IDCG (rho |dk_i - dk_j| + delta |D_{j-i-1} - D_{j-i}|)
+//           (rho 1, delta 0: LambdaRank's |Delta NDCG@k|, dk the discount cut at k; rho 0, delta 1:
+//            LambdaLoss NDCG-Loss2; rho 1, delta mu: NDCG-Loss2++; D the uncut discount)
+//   cost += scale w softplus(-x)
+//   push  = -scale w sigmoid(-x) sign sigma,  grad_i += push,  grad_j -= push
+// (scale 1 for the natural log, 1 / ln 2 for LambdaLoss's log2): exactly the pairs, weights and
+// formulas of losses.pairwise.pairwise_sums. The inner loop over j is branch-free so the compiler
+// vectorizes it (vector expf / log1pf from glibc's libmvec under -ffast-math); different queries
+// run on different threads.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -20,13 +24,26 @@
 
 namespace {
 
+struct Weighting {
+    bool unit;           // RankNet: every pair weighs 1
+    float rho, delta;    // the two terms' coefficients (see above)
+    float scale;         // 1, or 1 / ln 2
+    const float* cut;    // dk [L + 1]: discount, 0 at ranks >= k
+    const float* full;   // D [L + 1]: discount, uncut
+};
+
+template <bool Unit>
 void one_query(const float* __restrict s, const float* __restrict y, const float* __restrict g,
-               const float* __restrict d, float inverse_ideal,
-               int64_t n, int64_t top, float sigma, float* __restrict grad, float* cost, float* count) {
+               const Weighting& how, float inverse_ideal, int64_t n, int64_t top, float sigma,
+               float* __restrict grad, float* cost, float* count) {
     double cost_sum = 0.0, pair_count = 0.0;
     const int64_t rows = std::min(top, n);
+    const float* __restrict dk = how.cut;
+    const float* __restrict D = how.full;
+    const float rho = how.rho, delta = how.delta, scale = how.scale;
     for (int64_t i = 0; i < rows; ++i) {
-        const float si = s[i], yi = y[i], gi = g[i], di = d[i];
+        const float si = s[i], yi = y[i], gi = g[i], di = dk[i];
+        const float* __restrict gap_discount = D - i - 1;  // gap_discount[j] = D[j - i - 1]
         float row_push = 0.0f, row_cost = 0.0f, row_count = 0.0f;
 #pragma omp simd reduction(+ : row_push, row_cost, row_count)
         for (int64_t j = i + 1; j < n; ++j) {
@@ -36,9 +53,13 @@ void one_query(const float* __restrict s, const float* __restrict y, const float
             const float e = expf(-fabsf(x));
             const float softplus_minus_x = fmaxf(-x, 0.0f) + log1pf(e);
             const float sigmoid_minus_x = (x >= 0.0f ? e : 1.0f) / (1.0f + e);
-            const float w = fabsf(gi - g[j]) * fabsf(di - d[j]) * inverse_ideal * fabsf(sign);
-            const float push = -sigmoid_minus_x * w * sign * sigma;
-            row_cost += w * softplus_minus_x;
+            float w = fabsf(sign);
+            if constexpr (!Unit) {
+                const float position = rho * fabsf(di - dk[j]) + delta * fabsf(gap_discount[j] - gap_discount[j + 1]);
+                w *= fabsf(gi - g[j]) * inverse_ideal * position;
+            }
+            const float push = -scale * sigmoid_minus_x * w * sign * sigma;
+            row_cost += scale * w * softplus_minus_x;
             row_push += push;
             grad[j] -= push;
             row_count += fabsf(sign);
@@ -52,9 +73,9 @@ void one_query(const float* __restrict s, const float* __restrict y, const float
 }
 
 // One query in list order: rank its real documents by score (descending, NaN first as torch.sort
-// puts it, ties by position), its ideal DCG from the same gains, the pairs in ranked order, and the
-// lambdas scattered back to list positions.
-void rank_and_sum(const float* s, const float* y, const float* g, const bool* real, const float* d,
+// puts it, ties by position), its ideal DCG@k from the same gains, the pairs in ranked order, and
+// the lambdas scattered back to list positions.
+void rank_and_sum(const float* s, const float* y, const float* g, const bool* real, const Weighting& how,
                   int64_t length, int64_t top, float sigma, float* grad, float* cost, float* count) {
     std::vector<int64_t> order;
     order.reserve(length);
@@ -77,31 +98,38 @@ void rank_and_sum(const float* s, const float* y, const float* g, const bool* re
         rg[p] = g[order[p]];
         rgrad[p] = 0.0f;
     }
-    std::vector<float> ideal_gains(rg, rg + n);
-    std::sort(ideal_gains.begin(), ideal_gains.end(), std::greater<float>());
-    float ideal = 0.0f;
-    for (int64_t p = 0; p < n; ++p) ideal += ideal_gains[p] * d[p];
-    const float inverse_ideal = ideal > 0.0f ? 1.0f / ideal : 0.0f;
-    one_query(rs, ry, rg, d, inverse_ideal, n, top, sigma, rgrad, cost, count);
+    if (how.unit) {
+        one_query<true>(rs, ry, rg, how, 0.0f, n, top, sigma, rgrad, cost, count);
+    } else {
+        std::vector<float> ideal_gains(rg, rg + n);
+        std::sort(ideal_gains.begin(), ideal_gains.end(), std::greater<float>());
+        float ideal = 0.0f;
+        for (int64_t p = 0; p < n; ++p) ideal += ideal_gains[p] * how.cut[p];
+        const float inverse_ideal = ideal > 0.0f ? 1.0f / ideal : 0.0f;
+        one_query<false>(rs, ry, rg, how, inverse_ideal, n, top, sigma, rgrad, cost, count);
+    }
     for (int64_t p = 0; p < n; ++p) grad[order[p]] = rgrad[p];
 }
 
 // scores, labels, gains [B, L] float32 in list order (gains 0 for padding); real [B, L] bool;
-// discount [L + 1] float32 (0 at ranks >= k); top = min(k, L). Returns (cost [B], grad [B, L], count [B]).
-std::vector<torch::Tensor> lambdarank_pairs(torch::Tensor scores, torch::Tensor labels, torch::Tensor gains,
-                                            torch::Tensor real, torch::Tensor discount, double sigma,
-                                            int64_t top) {
+// cut, full [L + 1] float32 discounts (cut: 0 at ranks >= k); top = min(k, L); unit: RankNet's
+// weights (gains and discounts unused). Returns (cost [B], grad [B, L], count [B]).
+std::vector<torch::Tensor> logistic_pairs(torch::Tensor scores, torch::Tensor labels, torch::Tensor gains,
+                                          torch::Tensor real, torch::Tensor cut, torch::Tensor full, bool unit,
+                                          double rho, double delta, double scale, double sigma, int64_t top) {
     TORCH_CHECK(scores.dtype() == torch::kFloat32 && scores.is_contiguous(), "scores: contiguous float32");
     TORCH_CHECK(real.dtype() == torch::kBool && real.is_contiguous(), "real: contiguous bool");
     const int64_t batch = scores.size(0), length = scores.size(1);
+    TORCH_CHECK(cut.numel() == length + 1 && full.numel() == length + 1, "discounts: L + 1 entries");
     auto grad = torch::zeros_like(scores);
     auto cost = torch::zeros({batch}, scores.options());
     auto count = torch::zeros({batch}, scores.options());
+    const Weighting how{unit, static_cast<float>(rho), static_cast<float>(delta), static_cast<float>(scale),
+                        cut.data_ptr<float>(), full.data_ptr<float>()};
     const float* s = scores.data_ptr<float>();
     const float* y = labels.data_ptr<float>();
     const float* g = gains.data_ptr<float>();
     const bool* r = real.data_ptr<bool>();
-    const float* d = discount.data_ptr<float>();
     float* gr = grad.data_ptr<float>();
     float* c = cost.data_ptr<float>();
     float* k = count.data_ptr<float>();
@@ -109,7 +137,7 @@ std::vector<torch::Tensor> lambdarank_pairs(torch::Tensor scores, torch::Tensor 
     at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
             const int64_t at = b * length;
-            rank_and_sum(s + at, y + at, g + at, r + at, d, length, top, slope, gr + at, c + b, k + b);
+            rank_and_sum(s + at, y + at, g + at, r + at, how, length, top, slope, gr + at, c + b, k + b);
         }
     });
     return {cost, grad, count};
@@ -118,5 +146,5 @@ std::vector<torch::Tensor> lambdarank_pairs(torch::Tensor scores, torch::Tensor 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("lambdarank_pairs", &lambdarank_pairs, "LambdaRank cost, lambdas and pair counts of ranked lists");
+    m.def("logistic_pairs", &logistic_pairs, "RankNet / LambdaRank / LambdaLoss cost, lambdas and pair counts");
 }

@@ -3,27 +3,21 @@ Optimization", CIKM 2018), on the pairwise scaffold."""
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from losses._common import Reduction
-from losses.pairwise import delta_ndcg_weight, ndcg_loss2_weight, ndcg_loss2pp_weight, pairwise_loss
+from losses.pairwise import (
+    binary_logistic_pair,
+    delta_ndcg_weight,
+    ndcg_loss2_weight,
+    ndcg_loss2pp_weight,
+    pairwise_loss,
+)
 from metrics.ranking import Gain
 
 Scheme = Literal["ndcg_loss2", "ndcg_loss2pp", "lambdarank"]
-
-_LN2 = math.log(2.0)
-
-
-def binary_logistic_pair(x: Tensor, target: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """``-log2 sigmoid(x)`` and its derivative ``-sigmoid(-x) / ln 2`` (hard targets), ``[B, r, L]``."""
-    if target is not None:
-        raise ValueError("LambdaLoss takes hard targets only")
-    return F.softplus(-x) / _LN2, -torch.sigmoid(-x) / _LN2
 
 
 def lambdaloss(

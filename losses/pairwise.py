@@ -24,6 +24,7 @@ with a *pair function* ``c`` (logistic, margin, ...) and a *lambda weight* ``w_i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -81,6 +82,17 @@ def logistic_pair(x: Tensor, target: Tensor | None = None) -> tuple[Tensor, Tens
     return target * F.softplus(-x) + (1.0 - target) * F.softplus(x), torch.sigmoid(x) - target
 
 
+_LN2 = math.log(2.0)
+
+
+def binary_logistic_pair(x: Tensor, target: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``-log2 sigmoid(x)`` and its derivative ``-sigmoid(-x) / ln 2`` (hard targets), ``[B, r, L]``:
+    LambdaLoss's pair function (Wang et al. 2018 write the loss in base 2)."""
+    if target is not None:
+        raise ValueError("LambdaLoss takes hard targets only")
+    return F.softplus(-x) / _LN2, -torch.sigmoid(-x) / _LN2
+
+
 def margin_lambda_function(x: Tensor, delta: float) -> Tensor:
     """Burges NIPS'05 eqs. 4-6: 1 for ``x < 0``, ``delta - x`` on ``[0, delta]``, 0 beyond. Same shape as x."""
     return torch.where(x < 0, torch.ones_like(x), (delta - x).clamp_min(0.0))
@@ -132,6 +144,7 @@ def ndcg_loss2pp_weight(mu: float) -> LambdaWeightFn:
     def weight(block: PairBlock) -> Tensor:
         return delta_ndcg_weight(block) + mu * ndcg_loss2_weight(block)
 
+    weight.mu = mu  # read by the fused kernels' dispatch
     return weight
 
 
@@ -160,10 +173,11 @@ def pairwise_sums(
     """
     batch, length = scores.shape
     ranked = lambdaweight_fn is not None
-    if ranked and targets is None:
-        fused = _fused_lambdarank(scores, labels, mask, pair_fn, lambdaweight_fn, sigma=sigma, k=k, gain=gain)
-        if fused is not None:
-            return fused
+    if targets is None:
+        for fused_path in (_fused_cpu, _fused_cuda):
+            fused = fused_path(scores, labels, mask, pair_fn, lambdaweight_fn, sigma=sigma, k=k, gain=gain)
+            if fused is not None:
+                return fused
     if ranked:
         if targets is not None:
             raise ValueError("soft targets are not supported with a lambda weight")
@@ -175,13 +189,6 @@ def pairwise_sums(
         gain_sorted = gains(y, gain) * m
         inverse_ideal = 1.0 / ideal_dcg(labels, mask, k=k, gain=gain).to(scores.dtype)
         inverse_ideal = torch.where(torch.isfinite(inverse_ideal), inverse_ideal, torch.zeros_like(inverse_ideal))
-        if targets is None and _triton_usable(s, pair_fn, lambdaweight_fn):
-            fused = lambdarank_triton.try_lambdarank_pairs(
-                s, y, gain_sorted, m.sum(1), discount_k, inverse_ideal, sigma=sigma, top=top
-            )
-            if fused is not None:
-                cost, grad, count = fused
-                return cost, torch.zeros_like(grad).scatter(1, order, grad), count
     else:
         s, y, m, top = scores, labels, mask, length
 
@@ -237,7 +244,26 @@ def pairwise_sums(
     return cost, grad, count
 
 
-def _fused_lambdarank(
+def fused_weighting(pair_fn: PairFn, lambdaweight_fn: LambdaWeightFn | None) -> dict[str, float | bool] | None:
+    """How the fused kernels compute this pair function and weight (``kernels.lambdarank_cpu``,
+    ``kernels.lambdarank_triton``), or None where only the tensor path can: ``unit`` (RankNet's
+    weights), else ``rho`` / ``delta`` (the |Delta NDCG| and LambdaLoss delta terms), and ``scale``
+    (1, or 1 / ln 2 for base-2 logs)."""
+    scales = {logistic_pair: 1.0, binary_logistic_pair: 1.0 / _LN2}
+    if pair_fn not in scales:
+        return None
+    terms = {"unit": False, "scale": scales[pair_fn]}
+    if lambdaweight_fn is None:
+        return {**terms, "unit": True, "rho": 0.0, "delta": 0.0}
+    if lambdaweight_fn is delta_ndcg_weight:
+        return {**terms, "rho": 1.0, "delta": 0.0}
+    if lambdaweight_fn is ndcg_loss2_weight:
+        return {**terms, "rho": 0.0, "delta": 1.0}
+    mu = getattr(lambdaweight_fn, "mu", None)
+    return None if mu is None else {**terms, "rho": 1.0, "delta": float(mu)}
+
+
+def _fused_cpu(
     scores: Tensor,
     labels: Tensor,
     mask: Tensor,
@@ -248,11 +274,11 @@ def _fused_lambdarank(
     k: int | None,
     gain: Gain,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
-    """LambdaRank's sums through ``kernels.lambdarank_cpu`` (float32 CPU, no graph recorded), or
+    """The scaffold's sums through ``kernels.lambdarank_cpu`` (float32 CPU, no graph recorded), or
     None where the tensor path runs instead."""
+    weighting = fused_weighting(pair_fn, lambdaweight_fn)
     usable = (
-        pair_fn is logistic_pair
-        and lambdaweight_fn is delta_ndcg_weight
+        weighting is not None
         and scores.device.type == "cpu"
         and scores.dtype == torch.float32
         and not torch.is_grad_enabled()
@@ -262,27 +288,75 @@ def _fused_lambdarank(
     if not usable:
         return None
     length = scores.shape[1]
-    discount = discounts(length + 1, scores.device, scores.dtype)
-    if k is not None:
-        discount = discount * (torch.arange(length + 1, device=scores.device) < k)
-    top = length if k is None else min(k, length)
-    gain_values = gains(labels, gain) * mask  # refuses labels whose gain overflows, as the tensor path
-    return lambdarank_cpu.lambdarank_pairs(scores, labels, gain_values, mask, discount, sigma=sigma, top=top)
+    full = discounts(length + 1, scores.device, scores.dtype)
+    cut = full if k is None else full * (torch.arange(length + 1, device=scores.device) < k)
+    top = length if k is None or weighting["unit"] else min(k, length)
+    # gains refuse labels whose gain overflows, as the tensor path does (RankNet reads no gain)
+    gain_values = labels if weighting["unit"] else gains(labels, gain) * mask
+    return lambdarank_cpu.logistic_pairs(
+        scores, labels, gain_values, mask, cut, full, sigma=sigma, top=top, **weighting
+    )
 
 
-def _triton_usable(s: Tensor, pair_fn: PairFn, lambdaweight_fn: LambdaWeightFn | None) -> bool:
-    """LambdaRank on CUDA float32 outside autograd and compilation goes through
-    ``kernels.lambdarank_triton`` (``LTR_TRITON_KERNELS=0`` turns it off)."""
-    return (
-        pair_fn is logistic_pair
-        and lambdaweight_fn is delta_ndcg_weight
-        and s.device.type == "cuda"
-        and s.dtype == torch.float32
+def _fused_cuda(
+    scores: Tensor,
+    labels: Tensor,
+    mask: Tensor,
+    pair_fn: PairFn,
+    lambdaweight_fn: LambdaWeightFn | None,
+    *,
+    sigma: float,
+    k: int | None,
+    gain: Gain,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The scaffold's sums through ``kernels.lambdarank_triton`` (float32 CUDA, no graph recorded,
+    ``LTR_TRITON_KERNELS`` not 0), or None where the tensor path runs instead."""
+    weighting = fused_weighting(pair_fn, lambdaweight_fn)
+    usable = (
+        weighting is not None
+        and scores.device.type == "cuda"
+        and scores.dtype == torch.float32
         and not torch.is_grad_enabled()
         and not torch.compiler.is_compiling()
         and lambdarank_triton.enabled()
-        and lambdarank_triton.available(s.device)
+        and lambdarank_triton.available(scores.device)
     )
+    if not usable:
+        return None
+    return _ranked_kernel_sums(scores, labels, mask, weighting, sigma=sigma, k=k, gain=gain)
+
+
+def _ranked_kernel_sums(
+    scores: Tensor,
+    labels: Tensor,
+    mask: Tensor,
+    weighting: dict[str, float | bool],
+    *,
+    sigma: float,
+    k: int | None,
+    gain: Gain,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Rank, take gains and ideal DCG as the tensor path does, run the Triton kernel (on CUDA, or in
+    Triton's interpreter on CPU), and put the lambdas back in list order."""
+    length = scores.shape[1]
+    order = sort_by_scores(scores, mask)
+    s, y, m = scores.gather(1, order), labels.gather(1, order), mask.gather(1, order)
+    full = discounts(length + 1, scores.device, scores.dtype)
+    cut = full if k is None else full * (torch.arange(length + 1, device=scores.device) < k)
+    top = length if k is None or weighting["unit"] else min(k, length)
+    if weighting["unit"]:
+        gain_sorted, inverse_ideal = y, torch.zeros_like(scores[:, 0])
+    else:
+        gain_sorted = gains(y, gain) * m
+        inverse_ideal = 1.0 / ideal_dcg(labels, mask, k=k, gain=gain).to(scores.dtype)
+        inverse_ideal = torch.where(torch.isfinite(inverse_ideal), inverse_ideal, torch.zeros_like(inverse_ideal))
+    fused = lambdarank_triton.try_logistic_pairs(
+        s, y, gain_sorted, m.sum(1), cut, full, inverse_ideal, sigma=sigma, top=top, **weighting
+    )
+    if fused is None:
+        return None
+    cost, grad, count = fused
+    return cost, torch.zeros_like(grad).scatter(1, order, grad), count
 
 
 class _PairwiseSums(torch.autograd.Function):
