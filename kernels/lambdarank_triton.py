@@ -1,4 +1,5 @@
-"""LambdaRank's cost and lambdas on CUDA as one Triton kernel that tiles the pairs and never stores them.
+"""The logistic pairwise losses (RankNet, LambdaRank, LambdaLoss) on CUDA as one Triton kernel that
+tiles the pairs and never stores them.
 
 Why it exists: the tensor path of ``losses.pairwise.pairwise_sums`` writes about ten ``[B, rows, L]``
 temporaries per block (difference, sign, softplus, sigmoid, weight, products) and reads them back;
@@ -11,9 +12,11 @@ forward and backward in one pass, O(B·L) memory, O(B·min(k, L)·L) work. Refer
 (``TRITON_INTERPRET=1``) and on CUDA when present.
 
 Inputs are ranked by score (``sort_by_scores``: real documents first), as the tensor path ranks them.
-The scaffold uses it for LambdaRank on float32 CUDA tensors outside autograd and ``torch.compile``;
-``LTR_TRITON_KERNELS=0`` turns it off. Untested on GPU hardware so far (no session had one): the
-interpreter parity tests pass, and ``pytest -m gpu`` checks it on the first GPU.
+The scaffold uses it for the pair functions and weights ``losses.pairwise.fused_weighting`` names
+(RankNet, LambdaRank, LambdaLoss's three schemes) on float32 CUDA tensors outside autograd and
+``torch.compile``; ``LTR_TRITON_KERNELS=0`` turns it off. Untested on GPU hardware so far (no
+session had one): the interpreter parity tests pass, it compiles for sm_90, and ``pytest -m gpu``
+checks it on the first GPU.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ except ImportError:  # CPU-only installs: the tensor path still runs
         constexpr = None
 
 
-def _lambdarank_pairs_kernel(
+def _logistic_pairs_kernel(
     s_ptr,
     y_ptr,
     g_ptr,
     n_ptr,
-    d_ptr,
+    cut_ptr,
+    full_ptr,
     inv_ptr,
     grad_ptr,
     cost_ptr,
@@ -47,6 +51,10 @@ def _lambdarank_pairs_kernel(
     L,
     top,
     sigma,
+    rho,
+    delta,
+    scale,
+    UNIT: tl.constexpr,
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
 ):
@@ -59,7 +67,7 @@ def _lambdarank_pairs_kernel(
     s_i = tl.load(s_ptr + base + rows, mask=row_ok, other=0.0)
     y_i = tl.load(y_ptr + base + rows, mask=row_ok, other=0.0)
     g_i = tl.load(g_ptr + base + rows, mask=row_ok, other=0.0)
-    d_i = tl.load(d_ptr + rows, mask=row_ok, other=0.0)
+    cut_i = tl.load(cut_ptr + rows, mask=row_ok, other=0.0)
     inverse_ideal = tl.load(inv_ptr + b)
     row_push = tl.full([BLOCK_I], 0.0, tl.float32)
     row_cost = tl.full([BLOCK_I], 0.0, tl.float32)
@@ -69,8 +77,6 @@ def _lambdarank_pairs_kernel(
         col_ok = cols < n
         s_j = tl.load(s_ptr + base + cols, mask=col_ok, other=0.0)
         y_j = tl.load(y_ptr + base + cols, mask=col_ok, other=0.0)
-        g_j = tl.load(g_ptr + base + cols, mask=col_ok, other=0.0)
-        d_j = tl.load(d_ptr + cols, mask=col_ok, other=0.0)
         pair = row_ok[:, None] & col_ok[None, :] & (cols[None, :] > rows[:, None])
         gap = y_i[:, None] - y_j[None, :]
         sign = tl.where(pair, (gap > 0.0).to(tl.float32) - (gap < 0.0).to(tl.float32), 0.0)
@@ -78,10 +84,18 @@ def _lambdarank_pairs_kernel(
         e = tl.exp(-tl.abs(x))
         softplus_minus_x = tl.maximum(-x, 0.0) + tl.log(1.0 + e)
         sigmoid_minus_x = tl.where(x >= 0.0, e, 1.0) / (1.0 + e)
-        weight = tl.abs(g_i[:, None] - g_j[None, :]) * tl.abs(d_i[:, None] - d_j[None, :]) * inverse_ideal
-        weight = weight * tl.abs(sign)
-        push = -sigmoid_minus_x * weight * sign * sigma
-        row_cost += tl.reduce(weight * softplus_minus_x, 1, tl.standard._sum_combine)
+        weight = tl.abs(sign)
+        if not UNIT:
+            g_j = tl.load(g_ptr + base + cols, mask=col_ok, other=0.0)
+            cut_j = tl.load(cut_ptr + cols, mask=col_ok, other=0.0)
+            # LambdaLoss's delta: |D_{j-i-1} - D_{j-i}| over the rank gap (only pairs with j > i count)
+            apart = tl.maximum(cols[None, :] - rows[:, None], 1)
+            near = tl.load(full_ptr + apart - 1, mask=pair, other=0.0)
+            far = tl.load(full_ptr + apart, mask=pair, other=0.0)
+            position = rho * tl.abs(cut_i[:, None] - cut_j[None, :]) + delta * tl.abs(near - far)
+            weight = weight * tl.abs(g_i[:, None] - g_j[None, :]) * inverse_ideal * position
+        push = -scale * sigmoid_minus_x * weight * sign * sigma
+        row_cost += tl.reduce(scale * weight * softplus_minus_x, 1, tl.standard._sum_combine)
         row_push += tl.reduce(push, 1, tl.standard._sum_combine)
         row_count += tl.reduce(tl.abs(sign), 1, tl.standard._sum_combine)
         tl.atomic_add(grad_ptr + base + cols, -tl.reduce(push, 0, tl.standard._sum_combine), mask=col_ok)
@@ -103,11 +117,11 @@ def _kernel(interpret: bool):
         if interpret:
             from triton.runtime.interpreter import InterpretedFunction
 
-            _KERNELS[interpret] = InterpretedFunction(_lambdarank_pairs_kernel)
+            _KERNELS[interpret] = InterpretedFunction(_logistic_pairs_kernel)
         else:
             from triton.runtime.jit import JITFunction
 
-            _KERNELS[interpret] = JITFunction(_lambdarank_pairs_kernel)
+            _KERNELS[interpret] = JITFunction(_logistic_pairs_kernel)
     return _KERNELS[interpret]
 
 
@@ -120,14 +134,14 @@ def enabled() -> bool:
     return os.environ.get("LTR_TRITON_KERNELS", "1") != "0" and not _FAILED
 
 
-def try_lambdarank_pairs(*args, **kwargs) -> tuple[Tensor, Tensor, Tensor] | None:
-    """``lambdarank_pairs``, or None (warning once, then never again) if the kernel fails to compile
+def try_logistic_pairs(*args, **kwargs) -> tuple[Tensor, Tensor, Tensor] | None:
+    """``logistic_pairs``, or None (warning once, then never again) if the kernel fails to compile
     or launch, so that a training run falls back to the tensor path instead of stopping."""
     try:
-        return lambdarank_pairs(*args, **kwargs)
+        return logistic_pairs(*args, **kwargs)
     except Exception as error:  # a Triton / driver version this kernel was never compiled with
         _FAILED.append(f"{type(error).__name__}: {error}"[:300])
-        warnings.warn(f"LambdaRank Triton kernel failed, using the tensor path: {_FAILED[0]}", stacklevel=2)
+        warnings.warn(f"pairwise Triton kernel failed, using the tensor path: {_FAILED[0]}", stacklevel=2)
         return None
 
 
@@ -138,14 +152,19 @@ def available(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and interpret_requested())
 
 
-def lambdarank_pairs(
+def logistic_pairs(
     scores: Tensor,
     labels: Tensor,
     gains: Tensor,
     lengths: Tensor,
-    discount: Tensor,
+    cut: Tensor,
+    full: Tensor,
     inverse_ideal: Tensor,
     *,
+    unit: bool,
+    rho: float,
+    delta: float,
+    scale: float,
     sigma: float,
     top: int,
     block_i: int = 16,
@@ -155,8 +174,10 @@ def lambdarank_pairs(
     """``(cost [B], grad [B, L], count [B])`` in ranked order.
 
     ``scores, labels, gains [B, L]`` ranked by score with the ``lengths [B]`` real documents first;
-    ``discount [L + 1]`` (0 at ranks >= k); ``inverse_ideal [B]``; pairs have a row among the first
-    ``top`` ranks. Block sizes and warps are a starting point, not tuned on hardware.
+    ``cut`` / ``full`` ``[L + 1]`` the discounts with / without the cut at k; ``inverse_ideal [B]``;
+    pairs have a row among the first ``top`` ranks. Weights as ``kernels.lambdarank_cpu.logistic_pairs``
+    (``unit``: RankNet; else ``rho``, ``delta``), ``scale`` on cost and lambdas. Block sizes and warps
+    are a starting point, not tuned on hardware.
     """
     if triton is None:
         raise RuntimeError("triton is not installed")
@@ -168,11 +189,14 @@ def lambdarank_pairs(
     rows = max(1, min(top, length))
     grid = (batch, triton.cdiv(rows, block_i))
     interpret = scores.device.type == "cpu" or interpret_requested()
-    options = {"BLOCK_I": block_i, "BLOCK_J": block_j} | ({} if interpret else {"num_warps": num_warps})
+    options = {"UNIT": bool(unit), "BLOCK_I": block_i, "BLOCK_J": block_j}
+    if not interpret:  # the interpreter ignores launch options
+        options["num_warps"] = num_warps
     _kernel(interpret)[grid](
         *as_f32,
         lengths.to(torch.int32).contiguous(),
-        discount.to(torch.float32).contiguous(),
+        cut.to(torch.float32).contiguous(),
+        full.to(torch.float32).contiguous(),
         inverse_ideal.to(torch.float32).contiguous(),
         grad,
         cost,
@@ -180,6 +204,9 @@ def lambdarank_pairs(
         length,
         int(top),
         float(sigma),
+        float(rho),
+        float(delta),
+        float(scale),
         **options,
     )
     return cost, grad, count

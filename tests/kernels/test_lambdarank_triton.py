@@ -1,5 +1,5 @@
-"""The LambdaRank Triton kernel against the tensor path of the pairwise scaffold: on CPU through
-Triton's interpreter (CI), and through the loss on CUDA when present."""
+"""The pairwise Triton kernel (RankNet, LambdaRank, LambdaLoss) against the tensor path of the pairwise
+scaffold: on CPU through Triton's interpreter (CI), and through the losses on CUDA when present."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from kernels import lambdarank_triton
+from losses.lambdaloss import lambdaloss
 from losses.lambdarank import lambdarank_loss
-from losses.pairwise import delta_ndcg_weight, logistic_pair, pairwise_sums
-from metrics.ranking import discounts, gains, ideal_dcg, sort_by_scores
+from losses.pairwise import _ranked_kernel_sums, fused_weighting, pairwise_sums
+from losses.ranknet import ranknet_loss
 from tests.conftest import cuda_only
+from tests.kernels.test_lambdarank_cpu import PAIRWISE
 
 pytestmark = pytest.mark.skipif(lambdarank_triton.triton is None, reason="triton is not installed")
 
@@ -24,30 +26,15 @@ def _inputs(batch: int, length: int, seed: int, device: str = "cpu"):
     return scores.to(device), labels.to(device), mask.to(device)
 
 
-def _tensor_path(scores, labels, mask, monkeypatch, **options):
+def _tensor_path(scores, labels, mask, monkeypatch, loss="lambdarank", **options):
     monkeypatch.setenv("LTR_CPU_KERNELS", "0")
     monkeypatch.setenv("LTR_TRITON_KERNELS", "0")
+    pair_fn, weight = PAIRWISE[loss]
     with torch.no_grad():
-        return pairwise_sums(scores, labels, mask, pair_fn=logistic_pair, lambdaweight_fn=delta_ndcg_weight, **options)
+        return pairwise_sums(scores, labels, mask, pair_fn=pair_fn, lambdaweight_fn=weight, **options)
 
 
-def _kernel(scores, labels, mask, *, k=None, sigma=1.0, block_i=16, block_j=64):
-    """The kernel on ranked inputs, its gradient put back in list order."""
-    length = scores.shape[1]
-    order = sort_by_scores(scores, mask)
-    s, y, m = scores.gather(1, order), labels.gather(1, order), mask.gather(1, order)
-    discount = discounts(length + 1, scores.device, scores.dtype)
-    if k is not None:
-        discount = discount * (torch.arange(length + 1, device=scores.device) < k)
-    inverse = 1.0 / ideal_dcg(labels, mask, k=k, gain="exp2")
-    inverse = torch.where(torch.isfinite(inverse), inverse, torch.zeros_like(inverse))
-    top = length if k is None else min(k, length)
-    cost, grad, count = lambdarank_triton.lambdarank_pairs(
-        s, y, gains(y, "exp2") * m, m.sum(1), discount, inverse, sigma=sigma, top=top, block_i=block_i, block_j=block_j
-    )
-    return cost, torch.zeros_like(grad).scatter(1, order, grad), count
-
-
+@pytest.mark.parametrize("loss", list(PAIRWISE))
 @pytest.mark.parametrize(
     ("shape", "options", "blocks"),
     [
@@ -58,13 +45,19 @@ def _kernel(scores, labels, mask, *, k=None, sigma=1.0, block_i=16, block_j=64):
         ((2, 1), {}, (16, 64)),  # single documents: no pair
     ],
 )
-def test_interpreted_kernel_equals_the_tensor_path(shape, options, blocks, monkeypatch):
+def test_interpreted_kernel_equals_the_tensor_path(shape, options, blocks, loss, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     scores, labels, mask = _inputs(*shape, seed=sum(shape))
-    expected = _tensor_path(scores, labels, mask, monkeypatch, **options)
-    got = _kernel(scores, labels, mask, block_i=blocks[0], block_j=blocks[1], **options)
+    expected = _tensor_path(scores, labels, mask, monkeypatch, loss=loss, **options)
+    real = lambdarank_triton.logistic_pairs
+    tiles = {"block_i": blocks[0], "block_j": blocks[1]}
+    monkeypatch.setattr(lambdarank_triton, "logistic_pairs", lambda *a, **kw: real(*a, **kw, **tiles))
+    weighting = fused_weighting(*PAIRWISE[loss])
+    sigma, k = options.get("sigma", 1.0), options.get("k")
+    got = _ranked_kernel_sums(scores, labels, mask, weighting, sigma=sigma, k=k, gain="exp2")
     for name, ours, reference in zip(("cost", "grad", "count"), got, expected, strict=True):
-        torch.testing.assert_close(ours, reference, rtol=2e-5, atol=1e-6, msg=name)
+        scale = max(1.0, float(reference.abs().max()))
+        torch.testing.assert_close(ours, reference, rtol=2e-5, atol=1e-6 * scale, msg=name)
 
 
 def test_a_failing_launch_falls_back_once_with_a_warning(monkeypatch):
@@ -73,24 +66,35 @@ def test_a_failing_launch_falls_back_once_with_a_warning(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no such PTX version")
 
-    monkeypatch.setattr(lambdarank_triton, "lambdarank_pairs", broken)
+    monkeypatch.setattr(lambdarank_triton, "logistic_pairs", broken)
     with pytest.warns(UserWarning, match="tensor path"):
-        assert lambdarank_triton.try_lambdarank_pairs() is None
+        assert lambdarank_triton.try_logistic_pairs() is None
     assert not lambdarank_triton.enabled()
 
 
 @cuda_only
-@pytest.mark.parametrize("k", [None, 10])
-def test_on_cuda_the_loss_uses_the_kernel_and_matches_the_tensor_path(k, monkeypatch):
+@pytest.mark.parametrize(
+    "loss",
+    [
+        lambdarank_loss,
+        lambda *a: lambdarank_loss(*a, k=10),
+        ranknet_loss,
+        lambdaloss,
+        lambda *a: lambdaloss(*a, k=10, scheme="ndcg_loss2"),
+    ],
+)
+def test_on_cuda_the_losses_use_the_kernel_and_match_the_tensor_path(loss, monkeypatch):
     scores, labels, mask = _inputs(32, 300, seed=5, device="cuda")
-    expected = _tensor_path(scores, labels, mask, monkeypatch, k=k)
-    monkeypatch.setenv("LTR_TRITON_KERNELS", "1")
-    calls = []
-    real = lambdarank_triton.lambdarank_pairs
-    monkeypatch.setattr(lambdarank_triton, "lambdarank_pairs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    x = scores.clone().requires_grad_(True)
-    value = lambdarank_loss(x, labels, mask, k=k, reduction="sum")
-    value.backward()
-    assert calls, "the Triton kernel did not run"
-    torch.testing.assert_close(value.detach(), expected[0].sum(), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(x.grad, expected[1], rtol=1e-4, atol=1e-6)
+    calls, real = [], lambdarank_triton.logistic_pairs
+    monkeypatch.setattr(lambdarank_triton, "logistic_pairs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    results = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("LTR_TRITON_KERNELS", flag)
+        x = scores.clone().requires_grad_(True)
+        value = loss(x, labels, mask)
+        value.backward()
+        results[flag] = (value.detach(), x.grad)
+    assert calls == [1], "the Triton kernel did not run"
+    for ours, reference in zip(results["1"], results["0"], strict=True):
+        scale = max(1.0, float(reference.abs().max()))
+        torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-6 * scale)
