@@ -60,7 +60,7 @@ step perceptron 150 "$TABLE" python bench/perceptron.py --device cuda --dims 6 3
 step table1 120 "$TABLE" python bench/perceptron.py --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
 step harrington 150 "$TABLE" python train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
 step training 330 "$TABLE" python bench/train_throughput.py --device cuda
-step losses 150 "$TABLE" python bench/losses.py --device cuda --shapes 64x128 16x512 4x4096 --losses "lambdarank (all pairs)" lambdarank@10
+step losses 150 "$TABLE" python bench/losses.py --device cuda --shapes 64x128 16x512 4x4096 --losses ranknet "lambdarank (all pairs)" lambdarank@10 "lambdaloss ndcg_loss2pp"
 
 echo >> "$OUTFILE"
 echo "Full logs: $LOGDIR" >> "$OUTFILE"

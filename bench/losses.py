@@ -16,7 +16,7 @@ tolerance, so there only the time compares.
     python bench/losses.py --device cpu --shapes 64x128 --allrank-site /work/peers/allrank
     python bench/losses.py --device cpu --shapes 64x128 16x512 --losses "lambdarank (all pairs)" lambdarank@10
 
-"fused ms" is ours with the fused kernel (LambdaRank only): ``kernels.lambdarank_cpu`` on CPU,
+"fused ms" is ours with the fused kernel (RankNet, LambdaRank, LambdaLoss): ``kernels.lambdarank_cpu`` on CPU,
 ``kernels.lambdarank_triton`` on CUDA; the "ours ms" column is then the tensor path
 (``LTR_CPU_KERNELS=0 LTR_TRITON_KERNELS=0``), measured in the same run.
 """
@@ -311,7 +311,7 @@ def main() -> None:
                 longest = LOSSES[loss][3]
                 if loss not in args.losses or (longest is not None and length > longest):
                     continue
-                fused = loss.startswith("lambdarank")
+                fused = loss.startswith(("ranknet", "lambdarank", "lambdaloss"))
                 row = {}
                 for side in ("ours", "reference") + (("allrank",) if allrank else ()) + (("fused",) if fused else ()):
                     child = [sys.executable, __file__, "--child", f"{loss}|{side}|{batch}|{length}|{device}"]
