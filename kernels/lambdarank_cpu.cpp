@@ -105,7 +105,7 @@ void rank_and_sum(const float* s, const float* y, const float* g, const bool* re
         std::sort(ideal_gains.begin(), ideal_gains.end(), std::greater<float>());
         float ideal = 0.0f;
         for (int64_t p = 0; p < n; ++p) ideal += ideal_gains[p] * how.cut[p];
-        const float inverse_ideal = ideal > 0.0f ? 1.0f / ideal : 0.0f;
+        const float inverse_ideal = ideal != 0.0f ? 1.0f / ideal : 0.0f;  // as the tensor path: 0 only for 0
         one_query<false>(rs, ry, rg, how, inverse_ideal, n, top, sigma, rgrad, cost, count);
     }
     for (int64_t p = 0; p < n; ++p) grad[order[p]] = rgrad[p];

@@ -173,6 +173,8 @@ def pairwise_sums(
     """
     batch, length = scores.shape
     ranked = lambdaweight_fn is not None
+    if ranked and k is not None and k < 1:  # checked here: the fused kernels never reach ideal_dcg's check
+        raise ValueError(f"k must be >= 1, got {k}")
     if targets is None:
         for fused_path in (_fused_cpu, _fused_cuda):
             fused = fused_path(scores, labels, mask, pair_fn, lambdaweight_fn, sigma=sigma, k=k, gain=gain)

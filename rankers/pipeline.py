@@ -50,6 +50,16 @@ def _callbacks_without_validation(group: DictConfig | None) -> list[Any]:
     return kept
 
 
+def _refuse_monitored_scheduler(cfg: DictConfig) -> None:
+    """A scheduler that steps on a validation metric cannot run without a validation split."""
+    scheduler = cfg.model.get("scheduler") if "model" in cfg else None
+    if scheduler is not None and "ReduceLROnPlateau" in str(scheduler.get("_target_", "")):
+        raise ValueError(
+            "model.scheduler ReduceLROnPlateau steps on a validation metric, but data.val_fraction=0 "
+            "leaves no validation split: give data.val=..., a data.val_fraction > 0, or another scheduler"
+        )
+
+
 def _flat_hparams(cfg: DictConfig) -> dict[str, Any]:
     """The whole resolved config as ``a/b/c: value`` for TensorBoard's hparams tab."""
     flat: dict[str, Any] = {}
@@ -186,6 +196,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         callbacks = _instantiate_group(cfg.get("callbacks"))
         trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     else:
+        _refuse_monitored_scheduler(cfg)
         callbacks = _callbacks_without_validation(cfg.get("callbacks"))
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, limit_val_batches=0)
         log.info("no validation split: every training query trains; the last epoch's model is kept")

@@ -391,21 +391,24 @@ def candidate_r(pi: Tensor, data: BoostData) -> Tensor:
     One gather of ``pi`` along every feature's sorted documents, one cumulative sum, one gather at
     the thresholds.
     """
-    # prefix[i]: sum of the first i + 1 (in pi's dtype: the features' runs follow one another, so a
-    # feature's sums carry the rounding of the runs before it, ~1e-7 relative per run in float32)
-    prefix = pi.index_select(0, data.selected).cumsum(0)
+    # prefix[i]: sum of the first i + 1. The features' runs follow one another, so a feature's sums
+    # carry the rounding of the runs before it: accumulated in float64 and rounded back to pi's dtype
+    # at the end, two features that split the documents alike get the same r (RankLib sums each
+    # feature from 0, and its ties go to the first feature), not r's that differ in the last bit.
+    prefix = pi.double().index_select(0, data.selected).cumsum(0)
 
     def before(index: Tensor) -> Tensor:  # sum of the first ``index`` entries
         return torch.where(index > 0, prefix[(index - 1).clamp_min(0)], 0.0)
 
     base = before(data.starts)[:, None]  # [F, 1]
     above = before((data.starts[:, None] + data.positions).clamp_max(len(prefix))) - base  # [F, J]
+    total = pi.double().sum()
     if data.unranked is None:
-        above = torch.where(data.positions >= data.n_ranked[:, None], pi.sum(), above)  # every document
-        return above[..., None].expand(*above.shape, 2)
+        above = torch.where(data.positions >= data.n_ranked[:, None], total, above)  # every document
+        return above.to(pi.dtype)[..., None].expand(*above.shape, 2)
     ranked_total = before(data.starts + data.n_ranked)[:, None] - base  # [F, 1]
-    unranked_total = pi.sum() - ranked_total  # sum of pi over abstaining documents
-    return torch.stack([above, above + unranked_total], -1)
+    unranked_total = total - ranked_total  # sum of pi over abstaining documents
+    return torch.stack([above, above + unranked_total], -1).to(pi.dtype)
 
 
 def right_mass(scores: Tensor, h: Tensor, data: BoostData, log_mass: Tensor) -> Tensor:
@@ -577,8 +580,9 @@ class RankBoostModule(pl.LightningModule):
     Args:
         n_features, normalizer: from ``datamodule.model_inputs()``.
         normalize: threshold the normalized features (the datamodule's ``normalization``) or the raw
-            values (False, RankLib's way). A global z-score changes no ranker, only float rounding;
-            ``query_zscore`` changes the features themselves.
+            values (False, RankLib's way and ``model=rankboost``'s default). A global z-score changes
+            no ranker, only float rounding; ``query_zscore`` changes the features themselves. True
+            here so that checkpoints saved before the option existed load as they were trained.
         val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it
             (``conf/data/letor.yaml``), so ``model=rankboost`` trains on every query when no
             validation file is given, as RankLib does.
@@ -603,7 +607,7 @@ class RankBoostModule(pl.LightningModule):
         *,
         n_features: int,
         normalizer: FeatureNormalizer | None = None,
-        normalize: bool = False,
+        normalize: bool = True,
         val_fraction: float = 0.0,
         rounds: int = 300,
         rounds_per_epoch: int = 50,

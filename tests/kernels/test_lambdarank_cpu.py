@@ -137,3 +137,12 @@ def test_without_the_kernel_the_tensor_path_runs(monkeypatch):
     got = _sums(scores, labels, mask, fused=True, monkeypatch=monkeypatch)
     for ours, reference in zip(got, expected, strict=True):
         torch.testing.assert_close(ours, reference)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_cutoff_below_one_is_refused_on_both_paths(fused, monkeypatch):
+    monkeypatch.setenv("LTR_CPU_KERNELS", "1" if fused else "0")
+    scores, labels, mask = _inputs(2, 6, seed=0)
+    for k in (0, -1):
+        with pytest.raises(ValueError, match="k must be >= 1"):
+            lambdarank_loss(scores, labels, mask, k=k)

@@ -158,6 +158,12 @@ def test_without_validation_every_training_query_trains_and_the_last_epoch_is_ke
     assert "val" not in boosted["data"] and boosted["data"]["train"]["queries"] == 40
     with pytest.raises(Exception, match="val_fraction must be in"):
         train(make_cfg(*common, "data.val_fraction=1.0", out=tmp_path / "bad", tiny=False))
+    plateau = [
+        "+model.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
+        "+model.scheduler._partial_=true",
+    ]
+    with pytest.raises(ValueError, match="ReduceLROnPlateau steps on a validation metric"):
+        train(make_cfg(*common, "data.val_fraction=0", *plateau, out=tmp_path / "plateau", tiny=False))
 
 
 @pytest.mark.slow

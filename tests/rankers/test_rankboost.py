@@ -310,6 +310,20 @@ def test_ranklib_candidates_are_rankLibs_float64_values_rounded_down():
     assert sorted(positions[0].tolist()) == [0, 2, 3, 4]  # 2/3 and 1/3 themselves count as above
 
 
+def test_a_copied_feature_never_wins_over_its_original():
+    # RankLib sums each feature's r from 0, so a copy ties its original exactly and the first wins;
+    # our candidates share one running sum, which must not let rounding pick the copy
+    generator = torch.Generator().manual_seed(0)
+    later = 0
+    for _ in range(10):
+        first = torch.randint(0, 20, (60,), generator=generator).float()
+        x = torch.cat([first[:, None], first[:, None].clone(), torch.rand(60, 3, generator=generator)], 1)
+        y = torch.randint(0, 3, (60,), generator=generator).float()
+        fitted = fit_rankboost(x, y, torch.arange(60) // 10, rounds=30, threshold_kind="ranklib", allow_negative=False)
+        later += int((fitted["feature"] == 1).sum())
+    assert later == 0
+
+
 def test_same_ensemble_as_ranklibs_jar(tmp_path):
     """RankLib itself (``RANKLIB_JAR=RankLib.jar``, java on PATH) against train.py's default RankBoost."""
     jar, java = os.environ.get("RANKLIB_JAR"), shutil.which("java")
