@@ -14,6 +14,7 @@ every run, and the run with the best monitored metric is the one logged, tested 
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,12 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
 
     def on_train_start(self) -> None:
         self.best_value.fill_(float("-inf"))  # forget the sanity check of the untrained learner
+        if len(self.runs) > 1 and not self.trainer.limit_val_batches:
+            # runs are chosen by validation only: without it run 0 would be kept, unannounced
+            warnings.warn(
+                f"{len(self.runs)} runs but no validation split (data.val_fraction=0?): run 0 is kept",
+                stacklevel=2,
+            )
 
     def training_step(self, batch: Batch, batch_idx: int) -> None:
         mask = batch["mask"]

@@ -164,6 +164,10 @@ def test_without_validation_every_training_query_trains_and_the_last_epoch_is_ke
     ]
     with pytest.raises(ValueError, match="ReduceLROnPlateau steps on a validation metric"):
         train(make_cfg(*common, "data.val_fraction=0", *plateau, out=tmp_path / "plateau", tiny=False))
+    # runs are chosen on validation: without it, a sweep says that run 0 is kept
+    sweep = ["model=committee_perceptron", "model.n_runs=2", "model.epochs=1", "data.val_fraction=0"]
+    with pytest.warns(UserWarning, match="run 0 is kept"):
+        train(make_cfg(*common[:3], *common[4:], *sweep, out=tmp_path / "sweep", tiny=False))
 
 
 @pytest.mark.slow
