@@ -3,14 +3,18 @@
 Prints where each build lives and whether Triton (the CUDA kernels) is importable. Exits non-zero
 if a C++ kernel cannot be built, so a missing compiler is loud here rather than a silent fallback
 to the slower tensor path at run time.
+
+``python -m kernels.build --triton-sm 90`` also compiles every Triton kernel for that CUDA compute
+capability (90: H100/H200) with Triton's own toolchain, without a GPU, and prints what it produced.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
-from kernels import lambdarank_cpu, pairwise_perceptron_cpu, prank_cpu, prank_triton
+from kernels import lambdarank_cpu, lambdarank_triton, pairwise_perceptron_cpu, prank_cpu, prank_triton
 from kernels._cpp import CppKernel
 
 
@@ -27,10 +31,38 @@ def _build(kernel: CppKernel) -> bool:
     return True
 
 
+def _compile_triton(capability: int) -> bool:
+    """Every Triton kernel (each variant) compiled for ``sm_<capability>``; False if one fails."""
+    variants = {
+        "PRank stream (d=6, k=5)": lambda: prank_triton.compile_for_gpu(capability),
+        "pairwise losses, weighted (LambdaRank, LambdaLoss)": lambda: lambdarank_triton.compile_for_gpu(capability),
+        "pairwise losses, unit (RankNet)": lambda: lambdarank_triton.compile_for_gpu(capability, unit=True),
+    }
+    ok = True
+    for name, compile_one in variants.items():
+        try:
+            compiled = compile_one()
+        except Exception as error:
+            print(f"Triton {name}: sm_{capability} compile FAILED: {error}", file=sys.stderr)
+            ok = False
+            continue
+        cubin, ptx = compiled.asm.get("cubin", b""), compiled.asm.get("ptx", "")
+        print(
+            f"Triton {name}: sm_{capability} cubin {len(cubin)} bytes, {len(ptx.splitlines())} PTX lines, "
+            f"{compiled.metadata.shared} bytes shared memory"
+        )
+    return ok
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triton-sm", type=int, help="also compile the Triton kernels for this compute capability")
+    args = parser.parse_args()
     kernels = (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL, lambdarank_cpu.KERNEL)
     built = [_build(kernel) for kernel in kernels]
-    print(f"PRank Triton kernel: {prank_triton.status()}")
+    print(f"Triton kernels: {prank_triton.status()}")
+    if args.triton_sm is not None:
+        built.append(_compile_triton(args.triton_sm))
     return 0 if all(built) else 1
 
 

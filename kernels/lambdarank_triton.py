@@ -27,14 +27,8 @@ import warnings
 import torch
 from torch import Tensor
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only installs: the tensor path still runs
-    triton = None
-
-    class tl:  # stands in for triton.language so the kernel's annotations evaluate
-        constexpr = None
+from kernels._triton import TritonKernel, interpret_requested, tl, triton
+from kernels._triton import available as available  # re-exported: callers ask the kernel's module
 
 
 def _logistic_pairs_kernel(
@@ -104,25 +98,7 @@ def _logistic_pairs_kernel(
     tl.atomic_add(count_ptr + b, tl.reduce(row_count, 0, tl.standard._sum_combine))
 
 
-_KERNELS: dict[bool, object] = {}
-
-
-def interpret_requested() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-def _kernel(interpret: bool):
-    """The kernel compiled for the GPU, or run by Triton's interpreter (CPU tensors, tests)."""
-    if interpret not in _KERNELS:
-        if interpret:
-            from triton.runtime.interpreter import InterpretedFunction
-
-            _KERNELS[interpret] = InterpretedFunction(_logistic_pairs_kernel)
-        else:
-            from triton.runtime.jit import JITFunction
-
-            _KERNELS[interpret] = JITFunction(_logistic_pairs_kernel)
-    return _KERNELS[interpret]
+_kernel = TritonKernel(_logistic_pairs_kernel)
 
 
 _FAILED: list[str] = []  # the first launch error, after which the scaffold keeps to the tensor path
@@ -145,11 +121,15 @@ def try_logistic_pairs(*args, **kwargs) -> tuple[Tensor, Tensor, Tensor] | None:
         return None
 
 
-def available(device: torch.device) -> bool:
-    """Triton is installed and can run on ``device``: CUDA, or CPU under ``TRITON_INTERPRET=1``."""
-    if triton is None:
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and interpret_requested())
+def compile_for_gpu(capability: int = 90, *, unit: bool = False, block_i: int = 16, block_j: int = 64):
+    """Compile ahead of time for a CUDA compute capability with Triton's toolchain, no GPU needed
+    (``python -m kernels.build --triton-sm 90``); ``unit``: RankNet's variant."""
+    pointers = dict.fromkeys(("s_ptr", "y_ptr", "g_ptr"), "*fp32") | {"n_ptr": "*i32"}
+    pointers |= dict.fromkeys(("cut_ptr", "full_ptr", "inv_ptr", "grad_ptr", "cost_ptr", "count_ptr"), "*fp32")
+    scalars = {"L": "i32", "top": "i32"} | dict.fromkeys(("sigma", "rho", "delta", "scale"), "fp32")
+    constexprs = {"UNIT": unit, "BLOCK_I": block_i, "BLOCK_J": block_j}
+    signature = {**pointers, **scalars, **dict.fromkeys(constexprs, "constexpr")}
+    return _kernel.compile_for(signature, constexprs, capability)
 
 
 def logistic_pairs(

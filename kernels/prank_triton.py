@@ -13,18 +13,11 @@ Same contract as ``kernels.prank_cpu.stream``: R runs each with its own stream `
 registers, so a block holds ``BLOCK_N * next_pow2(d)`` weights: meant for d up to a few thousand).
 """
 
-import os
-
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only installs: the C++ loop and the tensor path still run
-    triton = None
-
-    class tl:  # stands in for triton.language so the kernel's annotations evaluate
-        constexpr = None
+from kernels._triton import TritonKernel, interpret_requested, tl, triton
+from kernels._triton import available as available  # re-exported: callers ask the kernel's module
+from kernels._triton import status as status
 
 
 def _prank_stream_kernel(
@@ -107,39 +100,7 @@ def _prank_stream_kernel(
     tl.store(right_ptr + counter, tl.load(right_ptr + counter, mask=n_ok, other=0.0) + right, mask=n_ok)
 
 
-_KERNELS: dict[bool, object] = {}
-
-
-def interpret_requested() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-def _kernel(interpret: bool):
-    """The kernel compiled for the GPU, or run by Triton's interpreter (CPU tensors, tests)."""
-    if interpret not in _KERNELS:
-        if interpret:
-            from triton.runtime.interpreter import InterpretedFunction
-
-            _KERNELS[interpret] = InterpretedFunction(_prank_stream_kernel)
-        else:
-            from triton.runtime.jit import JITFunction
-
-            _KERNELS[interpret] = JITFunction(_prank_stream_kernel)
-    return _KERNELS[interpret]
-
-
-def available(device: torch.device) -> bool:
-    """Triton is installed and can run on ``device``: CUDA, or CPU under ``TRITON_INTERPRET=1``."""
-    if triton is None:
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and interpret_requested())
-
-
-def status() -> str:
-    if triton is None:
-        return "triton not installed (CUDA runs take the tensor path)"
-    where = "CUDA" if torch.cuda.is_available() else "no CUDA device here; TRITON_INTERPRET=1 runs it on CPU"
-    return f"triton {triton.__version__} ({where})"
+_kernel = TritonKernel(_prank_stream_kernel)
 
 
 def _pow2(value: int) -> int:
@@ -154,6 +115,37 @@ def launch_config(n: int, d: int, k: int) -> dict[str, int]:
     block_n = max(2, min(_pow2(n), 32, _pow2(max(1, 4096 // block_d))))
     warps = max(1, min(8, block_n * block_d // 256))
     return {"BLOCK_N": block_n, "BLOCK_D": block_d, "BLOCK_K": block_k, "num_warps": warps}
+
+
+def compile_for_gpu(capability: int = 90, d: int = 6, k: int = 5):
+    """Compile ahead of time for a CUDA compute capability with Triton's toolchain, no GPU needed
+    (``python -m kernels.build --triton-sm 90``), at ``launch_config``'s blocks for N=100, d, k."""
+    config = launch_config(100, d, k)
+    config.pop("num_warps")
+    pointers = {"x_ptr": "*fp32", "y_ptr": "*i64", "shown_ptr": "*u8", "w_ptr": "*fp32", "c_ptr": "*fp32"}
+    pointers |= {"out_ptr": "*i64", "missed_ptr": "*fp32", "right_ptr": "*fp32"}
+    sizes = [
+        "T",
+        "N",
+        "D",
+        "K",
+        "sx_r",
+        "sx_t",
+        "sy_r",
+        "sh_t",
+        "sh_r",
+        "sw_r",
+        "sw_n",
+        "sw_d",
+        "sc_r",
+        "sc_n",
+        "sc_k",
+        "so_r",
+        "so_n",
+        "so_t",
+    ]
+    signature = {**pointers, **dict.fromkeys(sizes, "i32"), **dict.fromkeys(config, "constexpr")}
+    return _kernel.compile_for(signature, config, capability)
 
 
 def stream(
