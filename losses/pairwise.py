@@ -176,21 +176,16 @@ def pairwise_sums(
     if ranked and k is not None and k < 1:  # checked here: the fused kernels never reach ideal_dcg's check
         raise ValueError(f"k must be >= 1, got {k}")
     if targets is None:
-        for fused_path in (_fused_cpu, _fused_cuda):
-            fused = fused_path(scores, labels, mask, pair_fn, lambdaweight_fn, sigma=sigma, k=k, gain=gain)
-            if fused is not None:
-                return fused
+        fused = _fused_sums(scores, labels, mask, pair_fn, lambdaweight_fn, sigma=sigma, k=k, gain=gain)
+        if fused is not None:
+            return fused
     if ranked:
         if targets is not None:
             raise ValueError("soft targets are not supported with a lambda weight")
-        order = sort_by_scores(scores, mask)
-        s, y, m = scores.gather(1, order), labels.gather(1, order), mask.gather(1, order)
-        top = length if k is None else min(k, length)
-        discount = discounts(length + 1, scores.device, scores.dtype)
-        discount_k = discount if k is None else discount * (torch.arange(length + 1, device=scores.device) < k)
-        gain_sorted = gains(y, gain) * m
-        inverse_ideal = 1.0 / ideal_dcg(labels, mask, k=k, gain=gain).to(scores.dtype)
-        inverse_ideal = torch.where(torch.isfinite(inverse_ideal), inverse_ideal, torch.zeros_like(inverse_ideal))
+        ranking = _Ranking.of(scores, labels, mask, k=k, gain=gain)
+        order, s, y, m, top = ranking.order, ranking.scores, ranking.labels, ranking.mask, ranking.top
+        discount, discount_k = ranking.discount, ranking.discount_k
+        gain_sorted, inverse_ideal = ranking.gains, ranking.inverse_ideal
     else:
         s, y, m, top = scores, labels, mask, length
 
@@ -265,7 +260,49 @@ def fused_weighting(pair_fn: PairFn, lambdaweight_fn: LambdaWeightFn | None) -> 
     return None if mu is None else {**terms, "rho": 1.0, "delta": float(mu)}
 
 
-def _fused_cpu(
+def _discounts_cut_at(length: int, k: int | None, like: Tensor) -> tuple[Tensor, Tensor]:
+    """``(discount, discount_k)``, both ``[L + 1]``: ``1 / log2(2 + p)``, and the same 0 from rank k on."""
+    discount = discounts(length + 1, like.device, like.dtype)
+    if k is None:
+        return discount, discount
+    return discount, discount * (torch.arange(length + 1, device=like.device) < k)
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """A batch in the ranking by score (ties by position, padding last) with what the lambda
+    weights read: gains ``[B, L]`` (0 for padding), 1 / IDCG@k ``[B]`` (0 where IDCG is 0), the
+    discounts ``[L + 1]`` and ``top``, the rows a pair must start in."""
+
+    order: Tensor
+    scores: Tensor
+    labels: Tensor
+    mask: Tensor
+    gains: Tensor
+    inverse_ideal: Tensor
+    discount: Tensor
+    discount_k: Tensor
+    top: int
+
+    @classmethod
+    def of(
+        cls, scores: Tensor, labels: Tensor, mask: Tensor, *, k: int | None, gain: Gain, unit: bool = False
+    ) -> _Ranking:
+        """``unit``: for RankNet's unit weights, which read no gain (so no exp2 label check) and no cut."""
+        length = scores.shape[1]
+        order = sort_by_scores(scores, mask)
+        s, y, m = scores.gather(1, order), labels.gather(1, order), mask.gather(1, order)
+        if unit:
+            discount = discounts(length + 1, scores.device, scores.dtype)
+            return cls(order, s, y, m, y, torch.zeros_like(scores[:, 0]), discount, discount, length)
+        discount, discount_k = _discounts_cut_at(length, k, scores)
+        inverse_ideal = 1.0 / ideal_dcg(labels, mask, k=k, gain=gain).to(scores.dtype)
+        inverse_ideal = torch.where(torch.isfinite(inverse_ideal), inverse_ideal, torch.zeros_like(inverse_ideal))
+        top = length if k is None else min(k, length)
+        return cls(order, s, y, m, gains(y, gain) * m, inverse_ideal, discount, discount_k, top)
+
+
+def _fused_sums(
     scores: Tensor,
     labels: Tensor,
     mask: Tensor,
@@ -276,56 +313,29 @@ def _fused_cpu(
     k: int | None,
     gain: Gain,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
-    """The scaffold's sums through ``kernels.lambdarank_cpu`` (float32 CPU, no graph recorded), or
-    None where the tensor path runs instead."""
+    """The scaffold's sums through a fused kernel: ``kernels.lambdarank_cpu`` on CPU,
+    ``kernels.lambdarank_triton`` on CUDA (float32, no graph recorded, not compiling; each switchable
+    off), or None where the tensor path runs instead."""
     weighting = fused_weighting(pair_fn, lambdaweight_fn)
-    usable = (
-        weighting is not None
-        and scores.device.type == "cpu"
-        and scores.dtype == torch.float32
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()  # an opaque C++ call would break the graph
-        and lambdarank_cpu.enabled()
-    )
-    if not usable:
+    if (
+        weighting is None
+        or scores.dtype != torch.float32
+        or torch.is_grad_enabled()
+        or torch.compiler.is_compiling()  # an opaque kernel call would break the graph
+    ):
         return None
-    length = scores.shape[1]
-    full = discounts(length + 1, scores.device, scores.dtype)
-    cut = full if k is None else full * (torch.arange(length + 1, device=scores.device) < k)
-    top = length if k is None or weighting["unit"] else min(k, length)
-    # gains refuse labels whose gain overflows, as the tensor path does (RankNet reads no gain)
-    gain_values = labels if weighting["unit"] else gains(labels, gain) * mask
-    return lambdarank_cpu.logistic_pairs(
-        scores, labels, gain_values, mask, cut, full, sigma=sigma, top=top, **weighting
-    )
-
-
-def _fused_cuda(
-    scores: Tensor,
-    labels: Tensor,
-    mask: Tensor,
-    pair_fn: PairFn,
-    lambdaweight_fn: LambdaWeightFn | None,
-    *,
-    sigma: float,
-    k: int | None,
-    gain: Gain,
-) -> tuple[Tensor, Tensor, Tensor] | None:
-    """The scaffold's sums through ``kernels.lambdarank_triton`` (float32 CUDA, no graph recorded,
-    ``LTR_TRITON_KERNELS`` not 0), or None where the tensor path runs instead."""
-    weighting = fused_weighting(pair_fn, lambdaweight_fn)
-    usable = (
-        weighting is not None
-        and scores.device.type == "cuda"
-        and scores.dtype == torch.float32
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-        and lambdarank_triton.enabled()
-        and lambdarank_triton.available(scores.device)
-    )
-    if not usable:
-        return None
-    return _ranked_kernel_sums(scores, labels, mask, weighting, sigma=sigma, k=k, gain=gain)
+    if scores.device.type == "cpu" and lambdarank_cpu.enabled():
+        length = scores.shape[1]
+        discount, discount_k = _discounts_cut_at(length, k, scores)
+        top = length if k is None or weighting["unit"] else min(k, length)
+        # gains refuse labels whose gain overflows, as the tensor path does (RankNet reads no gain)
+        gain_values = labels if weighting["unit"] else gains(labels, gain) * mask
+        return lambdarank_cpu.logistic_pairs(
+            scores, labels, gain_values, mask, discount_k, discount, sigma=sigma, top=top, **weighting
+        )
+    if lambdarank_triton.enabled() and lambdarank_triton.available(scores.device) and scores.device.type == "cuda":
+        return _ranked_kernel_sums(scores, labels, mask, weighting, sigma=sigma, k=k, gain=gain)
+    return None
 
 
 def _ranked_kernel_sums(
@@ -338,27 +348,25 @@ def _ranked_kernel_sums(
     k: int | None,
     gain: Gain,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
-    """Rank, take gains and ideal DCG as the tensor path does, run the Triton kernel (on CUDA, or in
-    Triton's interpreter on CPU), and put the lambdas back in list order."""
-    length = scores.shape[1]
-    order = sort_by_scores(scores, mask)
-    s, y, m = scores.gather(1, order), labels.gather(1, order), mask.gather(1, order)
-    full = discounts(length + 1, scores.device, scores.dtype)
-    cut = full if k is None else full * (torch.arange(length + 1, device=scores.device) < k)
-    top = length if k is None or weighting["unit"] else min(k, length)
-    if weighting["unit"]:
-        gain_sorted, inverse_ideal = y, torch.zeros_like(scores[:, 0])
-    else:
-        gain_sorted = gains(y, gain) * m
-        inverse_ideal = 1.0 / ideal_dcg(labels, mask, k=k, gain=gain).to(scores.dtype)
-        inverse_ideal = torch.where(torch.isfinite(inverse_ideal), inverse_ideal, torch.zeros_like(inverse_ideal))
+    """Rank as the tensor path does, run the Triton kernel (on CUDA, or in Triton's interpreter on
+    CPU), and put the lambdas back in list order; None if the kernel failed (it warned)."""
+    ranking = _Ranking.of(scores, labels, mask, k=k, gain=gain, unit=bool(weighting["unit"]))
     fused = lambdarank_triton.try_logistic_pairs(
-        s, y, gain_sorted, m.sum(1), cut, full, inverse_ideal, sigma=sigma, top=top, **weighting
+        ranking.scores,
+        ranking.labels,
+        ranking.gains,
+        ranking.mask.sum(1),
+        ranking.discount_k,
+        ranking.discount,
+        ranking.inverse_ideal,
+        sigma=sigma,
+        top=ranking.top,
+        **weighting,
     )
     if fused is None:
         return None
     cost, grad, count = fused
-    return cost, torch.zeros_like(grad).scatter(1, order, grad), count
+    return cost, torch.zeros_like(grad).scatter(1, ranking.order, grad), count
 
 
 class _PairwiseSums(torch.autograd.Function):

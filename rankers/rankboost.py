@@ -395,14 +395,15 @@ def candidate_r(pi: Tensor, data: BoostData) -> Tensor:
     # carry the rounding of the runs before it: accumulated in float64 and rounded back to pi's dtype
     # at the end, two features that split the documents alike get the same r (RankLib sums each
     # feature from 0, and its ties go to the first feature), not r's that differ in the last bit.
-    prefix = pi.double().index_select(0, data.selected).cumsum(0)
+    pi64 = pi.double()
+    prefix = pi64.index_select(0, data.selected).cumsum(0)
 
     def before(index: Tensor) -> Tensor:  # sum of the first ``index`` entries
         return torch.where(index > 0, prefix[(index - 1).clamp_min(0)], 0.0)
 
     base = before(data.starts)[:, None]  # [F, 1]
     above = before((data.starts[:, None] + data.positions).clamp_max(len(prefix))) - base  # [F, J]
-    total = pi.double().sum()
+    total = pi64.sum()
     if data.unranked is None:
         above = torch.where(data.positions >= data.n_ranked[:, None], total, above)  # every document
         return above.to(pi.dtype)[..., None].expand(*above.shape, 2)
