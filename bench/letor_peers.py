@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._ranklib import run_ranklib
 from bench._timing import machine
 from datamodules.letor_io import LetorData, read_letor, write_letor
 
@@ -125,29 +124,22 @@ def fit_xgboost(splits: Split, seed: int):
 
 
 def fit_ranklib(splits: Split, seed: int, *, jar: str, ranker: int, options: list[str]) -> tuple[np.ndarray, float]:
-    """RankLib (``java -jar JAR``) trained on the training split, with ``-validate`` when there is a
-    validation file (without one, on every training query, as ``-train T -test X`` runs it); fit
-    seconds are the whole training process (JVM start and file reading included)."""
-    java = shutil.which("java")
-    if java is None or not Path(jar).exists():
-        raise SystemExit(f"RankLib peers need a java runtime and the jar {jar!r}")
+    """RankLib trained on the training split, with ``-validate`` when there is a validation file
+    (without one, on every training query, as ``-train T -test X`` runs it); ``bench._ranklib``."""
     with tempfile.TemporaryDirectory(prefix="ranklib-") as folder:
         paths = {name: Path(folder) / f"{name}.txt" for name in splits}
         for name, path in paths.items():
             write_letor(path, splits[name])
-        model, scores = Path(folder) / "model.txt", Path(folder) / "scores.txt"
-        command = [java, "-jar", jar, "-train", str(paths["train"]), "-ranker", str(ranker), *options]
-        command += ["-metric2t", "NDCG@10", "-missingZero", "-save", str(model)]
-        if "val" in splits:
-            command += ["-validate", str(paths["val"])]
-        start = time.perf_counter()
-        subprocess.run(command, capture_output=True, check=True)
-        seconds = time.perf_counter() - start
-        rank = [java, "-jar", jar, "-load", str(model), "-rank", str(paths["test"]), "-missingZero"]
-        subprocess.run([*rank, "-score", str(scores)], capture_output=True, check=True)
-        # one "qid index score" line per document, in file order
-        values = np.array([float(line.split()[-1]) for line in scores.read_text().splitlines() if line.strip()])
-    return values, seconds
+        run = run_ranklib(
+            jar,
+            paths["train"],
+            paths["test"],
+            ranker=ranker,
+            options=options,
+            validate=paths.get("val"),
+            workdir=folder,
+        )
+    return run.scores, run.fit_seconds
 
 
 PEERS: dict[str, Callable[[Split, int], tuple[np.ndarray, float]]] = {

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import onnxruntime
@@ -16,6 +15,7 @@ import torch
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from bench._ranklib import rankboost_ensemble, run_ranklib
 from datamodules.letor_io import LetorData, write_letor
 from datamodules.normalization import FeatureNormalizer
 from rankers.pipeline import train
@@ -326,17 +326,15 @@ def test_a_copied_feature_never_wins_over_its_original():
 
 def test_same_ensemble_as_ranklibs_jar(tmp_path):
     """RankLib itself (``RANKLIB_JAR=RankLib.jar``, java on PATH) against train.py's default RankBoost."""
-    jar, java = os.environ.get("RANKLIB_JAR"), shutil.which("java")
-    if not jar or java is None:
+    jar = os.environ.get("RANKLIB_JAR")
+    if not jar or shutil.which("java") is None:
         pytest.skip("set RANKLIB_JAR to a RankLib jar (and have java) to compare with RankLib itself")
     x, y, qid = small_data(5, n_queries=20, docs=15, n_features=12, levels=3)
     data = LetorData(x.astype(np.float32), y.astype(np.float32), qid, np.r_[0, np.cumsum(np.full(20, 15))], "mem")
-    path, model_file = tmp_path / "train.txt", tmp_path / "model.txt"
+    path = tmp_path / "train.txt"
     write_letor(path, data)
-    command = [java, "-jar", jar, "-train", str(path), "-ranker", "2", "-round", "40", "-tc", "10"]
-    subprocess.run([*command, "-missingZero", "-save", str(model_file)], check=True, capture_output=True)
-    line = next(t for t in model_file.read_text().splitlines() if t.strip() and not t.startswith("#")).split()
-    theirs = [(int(f) - 1, float(theta), float(a)) for f, theta, a in (token.split(":") for token in line)]
+    run = run_ranklib(jar, path, path, ranker=2, options=["-round", "40", "-tc", "10"], workdir=tmp_path)
+    theirs = rankboost_ensemble(run.model)
     module = RankBoostModule(n_features=12, rounds=40)
     fitted = fit_rankboost(
         torch.from_numpy(data.features),
