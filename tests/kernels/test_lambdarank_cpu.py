@@ -146,3 +146,16 @@ def test_a_cutoff_below_one_is_refused_on_both_paths(fused, monkeypatch):
     for k in (0, -1):
         with pytest.raises(ValueError, match="k must be >= 1"):
             lambdarank_loss(scores, labels, mask, k=k)
+
+
+def test_the_kernel_refuses_inputs_it_cannot_read():
+    module = lambdarank_cpu.kernel()
+    scores, labels, mask = _inputs(2, 5, seed=1)
+    discount = torch.ones(6)
+    options = (False, 1.0, 0.0, 1.0, 1.0, 5)
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        module.logistic_pairs(scores.double(), labels, labels, mask, discount, discount, *options)
+    with pytest.raises(RuntimeError, match="contiguous bool"):
+        module.logistic_pairs(scores, labels, labels, mask.float(), discount, discount, *options)
+    with pytest.raises(RuntimeError, match="L \\+ 1 entries"):
+        module.logistic_pairs(scores, labels, labels, mask, discount[:5], discount, *options)
