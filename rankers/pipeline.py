@@ -29,24 +29,22 @@ RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
 OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
 
 
-def _instantiate_group(group: DictConfig | None) -> list[Any]:
+def _instantiate_group(group: DictConfig | dict | None) -> list[Any]:
     return [instantiate(item) for item in (group or {}).values() if item is not None and "_target_" in item]
 
 
-def _callbacks_without_validation(group: DictConfig | None) -> list[Any]:
-    """The callbacks of a run that validates nothing: early stopping goes, checkpoints watch no
+def _without_validation(group: DictConfig | None) -> dict[str, Any]:
+    """A callbacks group for a run that validates nothing: early stopping goes, checkpoints watch no
     metric (the last epoch's model is the one kept)."""
-    kept = []
-    for item in (group or {}).values():
-        if item is None or "_target_" not in item:
-            continue
-        if str(item["_target_"]).endswith("EarlyStopping"):
+    kept = {}
+    for name, item in (group or {}).items():
+        if item is None or str(item.get("_target_", "")).endswith("EarlyStopping"):
             continue
         options = OmegaConf.to_container(item, resolve=True)
         if "monitor" in options:
             options["monitor"] = None
             options.pop("mode", None)
-        kept.append(instantiate(options))
+        kept[name] = options
     return kept
 
 
@@ -197,7 +195,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     else:
         _refuse_monitored_scheduler(cfg)
-        callbacks = _callbacks_without_validation(cfg.get("callbacks"))
+        callbacks = _instantiate_group(_without_validation(cfg.get("callbacks")))
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, limit_val_batches=0)
         log.info("no validation split: every training query trains; the last epoch's model is kept")
     for logger in loggers:
