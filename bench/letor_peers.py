@@ -3,6 +3,8 @@
     python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt   # every model of ours
     python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt --models listnet lambdaloss
     python bench/letor_peers.py --train train.txt --folds 5      # cross-validation inside one file
+    python bench/letor_peers.py --train train.txt --folds 5 --no-val --models rankboost listnet \\
+        --blends rankboost+listnet                                  # + an averaged pair of models
     python bench/letor_peers.py --train T --test X --models lambdarank ranknet --peers lightgbm \\
         --override model.scorer.hidden=[256,128] --seeds 0 1 2
 
@@ -197,10 +199,28 @@ def evaluate_setting(files: dict[str, str], args: argparse.Namespace, workdir: P
             else:
                 scores, seconds = PEERS[name](peer_splits, seed)
             rows.setdefault(name, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
+        fitted = {}
         for model in args.models:
             scores, seconds = fit_ours(model, files, workdir, args.override, seed)
+            fitted[model] = (scores, seconds)
             rows.setdefault(model, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
+        for blend in args.blends:
+            members = blend.split("+")
+            scores = sum(per_query_zscores(fitted[member][0], splits["test"]) for member in members)
+            seconds = sum(fitted[member][1] for member in members)
+            rows.setdefault(blend, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
     return rows
+
+
+def per_query_zscores(scores: np.ndarray, data: LetorData) -> np.ndarray:
+    """Each query's scores centred and scaled to unit spread (constant lists: centred), so that
+    models on different scales can be summed."""
+    out = np.empty(len(scores), dtype=np.float64)
+    for start, stop in zip(data.offsets[:-1], data.offsets[1:], strict=True):
+        part = scores[start:stop].astype(np.float64)
+        spread = part.std()
+        out[start:stop] = (part - part.mean()) / (spread if spread > 0 else 1.0)
+    return out
 
 
 def table(rows: dict[str, list[dict]], note: str) -> str:
@@ -228,12 +248,18 @@ def main() -> None:
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=[*PEERS, *RANKLIB])
     parser.add_argument("--ranklib-jar", help="RankLib's jar, for the ranklib-* peers (needs java)")
     parser.add_argument(
+        "--blends", nargs="*", default=[], help="A+B: the sum of --models A's and B's per-query z-scored test scores"
+    )
+    parser.add_argument(
         "--no-val", action="store_true", help="with --folds: no validation file (its fold joins training)"
     )
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for our models")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0])
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
+    unknown = {member for blend in args.blends for member in blend.split("+")} - set(args.models)
+    if unknown:
+        parser.error(f"--blends name models that --models does not train: {sorted(unknown)}")
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="letor-peers-") as folder:
         workdir = Path(folder)
