@@ -1,0 +1,80 @@
+"""Fixed feature maps a linear learner trains on, fitted once on the training documents and
+exported with the scorer (so the exported file still takes raw features in).
+
+``QuantileThresholds`` appends, for every feature, the indicators ``x_f >= t_{f,b}`` at the
+training documents' quantiles ``t_{f,b}``: a linear model over them is an additive step function
+of each feature (the span of RankBoost's threshold weak rankers), so a perceptron can learn that a
+feature helps up to a point and no further, which a weight on ``x_f`` alone cannot express.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class QuantileThresholds(nn.Module):
+    """``[..., F] -> [..., F * (1 + T)]``: the features, then ``scale * (x_f >= t_{f,b})``.
+
+    Args:
+        n_features: F.
+        bins: the thresholds are the ``bins - 1`` inner quantiles (``1/bins, ..., (bins-1)/bins``,
+            numpy's linear interpolation) of each feature over the training documents, so T =
+            ``bins - 1`` columns per feature. A threshold equal to a lower one of the same feature,
+            or not above the feature's minimum (its indicator would be constant), is +inf: its
+            column is always 0, and the output width does not depend on the data.
+        scale: the indicators' value. It sets how far one mistake moves a step against a raw
+            (z-scored) feature: smaller is smoother.
+
+    Before ``fit`` every threshold is +inf (the map adds zero columns).
+
+    Example:
+        >>> import torch
+        >>> thresholds = QuantileThresholds(1, bins=4, scale=1.0)
+        >>> _ = thresholds.fit(torch.tensor([[0.0], [1.0], [2.0], [3.0], [4.0]]))
+        >>> thresholds.thresholds
+        tensor([[1., 2., 3.]])
+        >>> thresholds(torch.tensor([[2.5]]))
+        tensor([[2.5000, 1.0000, 1.0000, 0.0000]])
+    """
+
+    def __init__(self, n_features: int, *, bins: int = 32, scale: float = 0.25) -> None:
+        super().__init__()
+        if bins < 2:
+            raise ValueError(f"bins must be >= 2, got {bins}")
+        if not scale > 0:
+            raise ValueError(f"scale must be > 0, got {scale}")
+        self.n_features, self.bins, self.scale = n_features, bins, float(scale)
+        self.register_buffer("thresholds", torch.full((n_features, bins - 1), float("inf")))
+        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def out_features(self) -> int:
+        return self.n_features * self.bins
+
+    @torch.no_grad()
+    def fit(self, features: Tensor) -> QuantileThresholds:
+        """Thresholds from the training documents ``features [N, F]`` (real documents only, no padding)."""
+        if features.dim() != 2 or features.shape[1] != self.n_features:
+            raise ValueError(f"expected features [N, {self.n_features}], got {tuple(features.shape)}")
+        if len(features) == 0:
+            raise ValueError("no training documents to fit the quantile thresholds on")
+        ordered = features.to(torch.float64).sort(0).values  # [N, F]
+        levels = torch.arange(1, self.bins, dtype=torch.float64, device=features.device) / self.bins
+        position = levels * (len(features) - 1)  # numpy's "linear" method
+        low, high = position.floor().long(), position.ceil().long()
+        fraction = (position - low).unsqueeze(1)
+        cuts = (ordered[low] + (ordered[high] - ordered[low]) * fraction).t().float()  # [F, T]
+        repeated = torch.zeros_like(cuts, dtype=torch.bool)
+        repeated[:, 1:] = cuts[:, 1:] <= cuts[:, :-1]
+        constant = cuts <= ordered[0].float().unsqueeze(1)
+        self.thresholds.copy_(cuts.masked_fill(repeated | constant, float("inf")))
+        self.fitted.fill_(True)
+        return self
+
+    def forward(self, features: Tensor) -> Tensor:
+        steps = (features.unsqueeze(-1) >= self.thresholds).to(features.dtype) * self.scale  # [..., F, T]
+        return torch.cat([features, steps.flatten(-2)], -1)
+
+
+__all__ = ["QuantileThresholds"]
