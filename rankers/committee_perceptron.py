@@ -7,12 +7,14 @@ queries, in a seeded order that changes with each pass. The batches of an epoch 
 when the epoch's last batch arrives, so validation after each epoch sees that pass's hypotheses;
 the checkpoint callback keeps the best pass.
 
-Several runs (seeds times committee sizes) advance as one ``[R, d]`` tensor; validation scores
-every run, and the run with the best monitored metric is the one logged, tested and exported.
+Several runs (seeds times committee sizes) advance as one ``[R, d]`` tensor; each run is scored
+alone, or (``pool_runs``) the seeds of a committee size as one ensemble; validation scores every
+such scorer, and the one with the best monitored metric is logged, tested and exported.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import warnings
 from collections.abc import Sequence
@@ -28,11 +30,13 @@ from datamodules.normalization import FeatureNormalizer
 from metrics import higher_is_better, ranking_metrics
 from rankers.base import PassLimit
 from rankers.export import export_scorer
+from rankers.feature_maps import QuantileThresholds
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.scorers import LinearScorer
 
 # variant -> the read-out it is scored by (None: the configured ``combine``)
 VARIANTS = {"plain": "last", "pocket": "weight", "averaged": "average", "voted": "vote", "committee": None}
+FEATURE_MAPS = ("none", "thresholds")
 
 
 class RankVoteScorer(nn.Module):
@@ -65,9 +69,20 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         n_features, normalizer: from the datamodule (the normalizer is part of the export).
         committee_size: K for ``committee``; a list runs one committee per size in the same pass.
         combine: the committee's rule, ``weight`` (one linear scorer) or ``vote`` (rank voting).
-        n_runs: seeds per committee size (run r uses ``seed + r``); the best run on validation is kept.
+        n_runs: seeds per committee size (run r uses ``seed + r``, its own pair order).
+        pool_runs: score each committee size's ``n_runs`` runs as one ensemble (rank voting over
+            all their members, each voting its count; the mean of their linear scorers for the
+            linear read-outs), which averages out the pair order. Without it each run is scored
+            alone. Validation picks the best scorer (a run, or a pooled committee size), which is
+            the one logged, tested and exported.
         epochs: passes T over the pairs; the module stops the trainer after them.
         query_balance: ``eta_q = 1 / |S_q|`` (else 1).
+        feature_map: ``none`` (the normalized features, the slides' linear perceptron) or
+            ``thresholds`` (``rankers.feature_maps.QuantileThresholds``: each feature plus the
+            indicators of its training quantiles, fitted on the first pass's documents and
+            exported with the scorer; every variant learns the same way over them).
+        bins, threshold_scale: the thresholds map's quantile bins per feature and indicator value.
+        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it.
         include_current: offer the running hypothesis to the committee at read-out time.
         max_hypotheses: the voted perceptron's capacity (its committee size).
         ks, gain, empty, monitor: as ``rankers.RankerModule``.
@@ -82,8 +97,13 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         committee_size: int | Sequence[int] = 20,
         combine: str = "weight",
         n_runs: int = 1,
+        pool_runs: bool = False,
         epochs: int = 20,
         query_balance: bool = True,
+        feature_map: str = "none",
+        bins: int = 32,
+        threshold_scale: float = 0.25,
+        val_fraction: float = 0.0,
         include_current: bool = True,
         max_hypotheses: int = 4096,
         seed: int = 0,
@@ -97,6 +117,8 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         if combine not in ("weight", "vote"):
             raise ValueError(f"combine must be 'weight' or 'vote', got {combine!r}")
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}")
         if n_runs < 1 or epochs < 1:
             raise ValueError(f"n_runs and epochs must be >= 1, got {n_runs} and {epochs}")
         ks = [int(k) for k in ks]
@@ -109,13 +131,22 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             sizes = [max_hypotheses]
         elif variant != "committee":
             sizes = [1]
+        self.feature_map = (
+            QuantileThresholds(n_features, bins=bins, scale=threshold_scale) if feature_map == "thresholds" else None
+        )
+        width = self.feature_map.out_features if self.feature_map is not None else n_features
         self.runs = list(itertools.product(sizes, range(n_runs)))  # (K, seed offset) per run
-        self.learner = PairwisePerceptron(n_features, committee_size=[k for k, _ in self.runs], n_runs=len(self.runs))
+        self.learner = PairwisePerceptron(width, committee_size=[k for k, _ in self.runs], n_runs=len(self.runs))
         self.seeds = [seed + offset for _, offset in self.runs]
+        # the runs each scorer combines [G, n]: a committee size's runs when pooled, else one run each
+        groups = [[r for r, (k, _) in enumerate(self.runs) if k == size] for size in sizes] if pool_runs else None
+        self.groups = torch.tensor(groups) if groups else torch.arange(len(self.runs)).unsqueeze(1)
         self.monitor = monitor
         self.register_buffer("selected_run", torch.zeros((), dtype=torch.long))
         self.register_buffer("best_value", torch.tensor(float("-inf")))
-        self.val_metrics = nn.ModuleList(nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty)) for _ in self.runs)
+        self.val_metrics = nn.ModuleList(
+            nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty)) for _ in self.groups
+        )
         self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
         if monitor.removeprefix("val/") not in self.test_metrics:
             raise ValueError(f"monitor must be val/<one of {sorted(self.test_metrics)}>, got {monitor!r}")
@@ -131,10 +162,10 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
 
     def on_train_start(self) -> None:
         self.best_value.fill_(float("-inf"))  # forget the sanity check of the untrained learner
-        if len(self.runs) > 1 and not self.trainer.limit_val_batches:
-            # runs are chosen by validation only: without it run 0 would be kept, unannounced
+        if len(self.groups) > 1 and not self.trainer.limit_val_batches:
+            # scorers are chosen by validation only: without it the first would be kept, unannounced
             warnings.warn(
-                f"{len(self.runs)} runs but no validation split (data.val_fraction=0?): run 0 is kept",
+                f"{len(self.groups)} runs but no validation split (data.val_fraction=0?): run 0 is kept",
                 stacklevel=2,
             )
 
@@ -149,6 +180,10 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         """Every pair of the epoch's queries, each run in its own seeded order for this pass."""
         features, pairs, eta = self._pair_stream(self._epoch_batches)
         self._epoch_batches = []
+        if self.feature_map is not None:
+            if not self.feature_map.fitted:
+                self.feature_map.fit(features)  # the first pass's documents: every training query
+            features = self.feature_map(features)
         order = pass_orders(len(pairs), self.seeds, self.current_epoch, device=self.device)
         mistakes = self.learner.fit_pairs(features, pairs, eta, order)
         pairs_count = max(1, len(pairs))
@@ -159,17 +194,18 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
 
     @staticmethod
     def _pair_stream(batches: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
-        """``features [N, d]`` (every padded slot of the batches), ``pairs [P, 2]`` indices into
-        them (preferred first) and ``eta [P]``: the preference pairs of every query."""
+        """``features [N, d]`` of the batches' real documents (padding left out: a feature map
+        multiplies the width), ``pairs [P, 2]`` indices into them (preferred first) and ``eta [P]``:
+        the preference pairs of every query, query by query."""
         flat, pairs, etas, offset = [], [], [], 0
         for features, labels, mask in batches:
             found, eta = preference_pairs(labels, mask)
-            width = labels.shape[1]
-            base = offset + found[:, 0] * width
-            pairs.append(torch.stack([base + found[:, 1], base + found[:, 2]], 1))
+            row = mask.flatten().cumsum(0) - 1  # a real slot's row among the batch's real documents
+            slot = found[:, 0] * labels.shape[1]
+            pairs.append(offset + torch.stack([row[slot + found[:, 1]], row[slot + found[:, 2]]], 1))
             etas.append(eta)
-            flat.append(features.reshape(-1, features.shape[-1]))
-            offset += features.shape[0] * width
+            flat.append(features[mask])
+            offset += len(flat[-1])
         return torch.cat(flat), torch.cat(pairs), torch.cat(etas)
 
     def on_train_epoch_end(self) -> None:
@@ -186,12 +222,31 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         self.learner.to(self.device)
 
     def run_scores(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Every run's scores ``[R, B, L]`` of raw features ``[B, L, F]`` under the read-out."""
-        normalized = self.normalizer(features, mask)
-        return self.learner.scores(normalized, mask, self.readout, include_current=self.hparams.include_current)
+        """Every scorer's scores ``[G, B, L]`` of raw features ``[B, L, F]`` under the read-out
+        (G scorers: one per run, or one per pooled committee size)."""
+        mapped = self.normalizer(features, mask)
+        if self.feature_map is not None:
+            mapped = self.feature_map(mapped)
+        mapped = mapped.to(self.learner.device, self.learner.dtype)
+        if self.readout != "vote":
+            return torch.einsum("bld,gd->gbl", mapped, self._linear_weights(self.readout))
+        committee, votes = self._members()
+        member_scores = torch.einsum("bld,gkd->gblk", mapped, committee)
+        return rank_vote_scores(member_scores, votes[:, None, :], None if mask is None else mask.unsqueeze(0))
+
+    def _members(self) -> tuple[Tensor, Tensor]:
+        """Each scorer's voters ``(weights [G, n K, d], votes [G, n K])``: its runs' committees."""
+        committee, votes = self.learner.members(include_current=self.hparams.include_current)
+        groups = self.groups.to(committee.device)
+        return committee[groups].flatten(1, 2), votes[groups].flatten(1)
+
+    def _linear_weights(self, readout: str) -> Tensor:
+        """Each scorer's linear weights ``[G, d]``: the mean of its runs' read-outs."""
+        weights = self.learner.linear_weights(readout, include_current=self.hparams.include_current)
+        return weights[self.groups.to(weights.device)].mean(1)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
-        """The selected run's scores ``[B, L]`` of raw features ``[B, L, F]``."""
+        """The selected scorer's scores ``[B, L]`` of raw features ``[B, L, F]``."""
         return self.run_scores(features, mask)[self.selected_run]
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -214,7 +269,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             self.log(f"val/{key}", value, prog_bar=key == name)
         self.best_value.fill_(max(float(self.best_value), float(monitored.max())))
         self.log(f"{self.monitor}_best", self.best_value * sign, prog_bar=True)
-        if len(self.runs) > 1:
+        if len(self.groups) > 1:
             self.log("val/selected_run", self.selected_run.float())
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -231,14 +286,19 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         self.learner.load_state_dict(checkpoint["pairwise_perceptron"])
 
     def scorer_for(self, readout: str) -> nn.Module:
-        """The selected run's scorer ``[..., L, F] -> [..., L]`` on normalized features: a
-        ``LinearScorer`` (bias 0) for linear read-outs, a ``RankVoteScorer`` for ``vote``."""
-        run, include = int(self.selected_run), self.hparams.include_current
+        """The selected scorer ``[..., L, F] -> [..., L]`` on normalized features: a
+        ``LinearScorer`` (bias 0) for linear read-outs, a ``RankVoteScorer`` for ``vote``, after
+        the feature map when there is one."""
+        chosen = int(self.selected_run)
         if readout == "vote":
-            committee, votes = self.learner.members(include_current=include)
-            keep = votes[run] > 0  # empty and zero-count members vote nothing
-            return RankVoteScorer(committee[run][keep].cpu(), votes[run][keep].cpu())
-        return LinearScorer.from_weights(self.learner.linear_weights(readout, include_current=include)[run])
+            committee, votes = self._members()
+            keep = votes[chosen] > 0  # empty and zero-count members vote nothing
+            scorer: nn.Module = RankVoteScorer(committee[chosen][keep].cpu(), votes[chosen][keep].cpu())
+        else:
+            scorer = LinearScorer.from_weights(self._linear_weights(readout)[chosen])
+        if self.feature_map is None:
+            return scorer
+        return nn.Sequential(copy.deepcopy(self.feature_map).cpu(), scorer)
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``scorer.pt`` / ``scorer.onnx`` of the configured read-out; a committee also exports its

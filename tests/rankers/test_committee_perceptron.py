@@ -13,6 +13,7 @@ from datamodules.letor_io import read_letor
 from kernels import pairwise_perceptron_cpu
 from metrics.functional import ndcg
 from rankers.committee_perceptron import PairwisePerceptronModule, RankVoteScorer
+from rankers.feature_maps import QuantileThresholds
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.pipeline import train
 
@@ -96,10 +97,13 @@ def test_committee_trains_exports_and_the_export_reproduces_the_test_metrics(mak
         np.testing.assert_allclose(exported, inside, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["plain", "pocket", "averaged", "voted"])
-def test_every_variant_trains_from_the_config(make_cfg, tmp_path, variant):
+@pytest.mark.parametrize(
+    ("variant", "feature_map"),
+    [("plain", "thresholds"), ("pocket", "thresholds"), ("averaged", "none"), ("voted", "thresholds")],
+)
+def test_every_variant_trains_from_the_config(make_cfg, tmp_path, variant, feature_map):
     out = tmp_path / variant
-    overrides = ["model=pairwise_perceptron", f"model.variant={variant}", "model.epochs=2", *DATA]
+    overrides = ["model=pairwise_perceptron", f"model.variant={variant}", f"model.feature_map={feature_map}", *DATA]
     cfg = make_cfg(*overrides, out=out, tiny=False)
     results = train(cfg)
     assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"] + 0.05
@@ -114,6 +118,82 @@ def test_the_best_pass_is_kept_and_restored(make_cfg, tmp_path):
     assert results["val"]["ndcg@10"] == pytest.approx(best, abs=1e-6)
     module = PairwisePerceptronModule.load_from_checkpoint(results["best_checkpoint"])
     assert module.learner.hypotheses.shape == (3,) and int(module.learner.seen[0]) > 0
+
+
+def test_thresholds_are_fitted_on_every_training_document_and_travel_with_the_checkpoint(make_cfg, tmp_path):
+    cfg = make_cfg(
+        "model=committee_perceptron", "model.epochs=2", "model.bins=5", *DATA, out=tmp_path / "run", tiny=False
+    )
+    results = train(cfg)
+    datamodule = instantiate(cfg.data)
+    datamodule.setup()
+    normalizer = datamodule.build_normalizer()
+    split = datamodule.splits["train"]
+    documents = torch.cat(  # normalized query by query, as training batches are (query_zscore here)
+        [
+            normalizer(torch.from_numpy(split.features[a:b])[None])[0]
+            for a, b in zip(split.offsets[:-1], split.offsets[1:], strict=True)
+        ]
+    )
+    expected = QuantileThresholds(documents.shape[1], bins=5).fit(documents).thresholds
+    module = PairwisePerceptronModule.load_from_checkpoint(results["best_checkpoint"], normalizer=normalizer)
+    assert module.feature_map.fitted and module.learner.d == documents.shape[1] * 5
+    torch.testing.assert_close(module.feature_map.thresholds, expected)
+    with pytest.raises(ValueError, match="feature_map"):
+        PairwisePerceptronModule(n_features=3, feature_map="splines")
+
+
+def test_pair_stream_keeps_only_real_documents_and_the_same_pairs():
+    generator = torch.Generator().manual_seed(4)
+    batches = []
+    for size in (3, 2):
+        features = torch.randn(size, 6, 4, generator=generator)
+        labels = torch.randint(0, 3, (size, 6), generator=generator).float()
+        mask = torch.rand(size, 6, generator=generator) > 0.3
+        batches.append((features, labels, mask))
+    flat, pairs, eta = PairwisePerceptronModule._pair_stream(batches)
+    assert len(flat) == sum(int(mask.sum()) for _, _, mask in batches)
+    expected_differences, expected_eta = [], []
+    for features, labels, mask in batches:  # the pairs read off the padded batches directly
+        found, weights = preference_pairs(labels, mask)
+        expected_differences += [features[b, i] - features[b, j] for b, i, j in found.tolist()]
+        expected_eta.append(weights)
+    torch.testing.assert_close(flat[pairs[:, 0]] - flat[pairs[:, 1]], torch.stack(expected_differences))
+    torch.testing.assert_close(eta, torch.cat(expected_eta))
+
+
+@pytest.mark.parametrize("combine", ["vote", "weight"])
+def test_pooled_runs_vote_with_every_member_of_their_committee_size(combine):
+    generator = torch.Generator().manual_seed(5)
+    module = PairwisePerceptronModule(
+        "committee", n_features=5, committee_size=[2, 4], n_runs=3, pool_runs=True, combine=combine
+    )
+    features = torch.randn(40, 5, generator=generator)
+    labels = torch.randint(0, 3, (5, 8), generator=generator).float()
+    found, eta = preference_pairs(labels)
+    pairs = torch.stack([found[:, 0] * 8 + found[:, 1], found[:, 0] * 8 + found[:, 2]], 1)
+    module.learner.fit_pairs(features, pairs, eta, pass_orders(len(pairs), module.seeds, 0))
+    queries = torch.randn(2, 7, 5, generator=generator)
+    pooled = module.run_scores(queries)
+    assert pooled.shape == (2, 2, 7)  # one scorer per committee size
+    committee, votes = module.learner.members()
+    linear = module.learner.linear_weights("weight")
+    for group, size in enumerate([2, 4]):
+        runs = [r for r, (k, _) in enumerate(module.runs) if k == size]
+        assert len(runs) == 3
+        for b in range(2):
+            if combine == "weight":  # the mean of the runs' count-weighted committees
+                expected = queries[b] @ linear[runs].mean(0)
+            else:  # every member of the three committees votes its count, a loop over documents
+                members = [(committee[r, k], float(votes[r, k])) for r in runs for k in range(size)]
+                total = sum(vote for _, vote in members)
+                expected = torch.zeros(7)
+                for i in range(7):
+                    for weights, vote in members:
+                        scores = queries[b] @ weights
+                        rank = float((scores < scores[i]).sum()) + 0.5 * float((scores == scores[i]).sum() - 1)
+                        expected[i] += vote * rank / total
+            torch.testing.assert_close(pooled[group, b], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_rank_vote_module_matches_the_functional_rule():

@@ -156,6 +156,9 @@ def test_without_validation_every_training_query_trains_and_the_last_epoch_is_ke
     # model=rankboost sets it (RankLib trains on every query when given no validation file)
     boosted = train(make_cfg(*common[:3], "model=rankboost", "model.rounds=20", out=tmp_path / "rb", tiny=False))
     assert "val" not in boosted["data"] and boosted["data"]["train"]["queries"] == 40
+    # and the perceptron family (a fixed number of passes over every training query)
+    committee = train(make_cfg(*common[:3], "model=committee_perceptron", out=tmp_path / "cp", tiny=False))
+    assert committee["data"]["train"]["queries"] == 40 and committee["epochs"] == 2
     with pytest.raises(Exception, match="val_fraction must be in"):
         train(make_cfg(*common, "data.val_fraction=1.0", out=tmp_path / "bad", tiny=False))
     plateau = [
@@ -165,7 +168,8 @@ def test_without_validation_every_training_query_trains_and_the_last_epoch_is_ke
     with pytest.raises(ValueError, match="ReduceLROnPlateau steps on a validation metric"):
         train(make_cfg(*common, "data.val_fraction=0", *plateau, out=tmp_path / "plateau", tiny=False))
     # runs are chosen on validation: without it, a sweep says that run 0 is kept
-    sweep = ["model=committee_perceptron", "model.n_runs=2", "model.epochs=1", "data.val_fraction=0"]
+    sweep = ["model=committee_perceptron", "model.n_runs=2", "model.pool_runs=false", "model.epochs=1"]
+    sweep.append("data.val_fraction=0")
     with pytest.warns(UserWarning, match="run 0 is kept"):
         train(make_cfg(*common[:3], *common[4:], *sweep, out=tmp_path / "sweep", tiny=False))
 
