@@ -68,7 +68,7 @@ def fit_ours(model: str, files: dict[str, str], workdir: Path, overrides: list[s
     from rankers.pipeline import compose_config, train
     from rankers.score import score_file
 
-    out = workdir / f"{model}-{seed}"
+    out = workdir / f"{model}-{seed}-{Path(files['test']).stem}"  # one folder per fold: no -vN checkpoints
     split_overrides = [f"data.{split}={path}" for split, path in files.items()]
     quiet = ["callbacks.progress_bar.refresh_rate=0", "~logger"]
     cfg = compose_config(
