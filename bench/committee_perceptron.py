@@ -38,6 +38,7 @@ from bench._timing import device_seconds, machine
 from datamodules.letor_io import read_letor
 from datamodules.normalization import FeatureNormalizer
 from kernels import pairwise_perceptron_cpu
+from rankers.feature_maps import QuantileThresholds
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs
 
 K = 20
@@ -112,11 +113,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--reference-pairs", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--feature-map",
+        choices=["none", "thresholds"],
+        default="none",
+        help="thresholds: the pairs over model=committee_perceptron's default features (32x wider)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"machine: {machine()}")
     features, pairs, eta = load_pairs(args.data)
+    if args.feature_map == "thresholds":
+        features = QuantileThresholds(features.shape[1]).fit(features)(features)
     n_pairs, d = len(pairs), features.shape[1]
     print(f"data: {features.shape[0]} documents, d={d}, {n_pairs} pairs per pass; K={K}")
     prefix = min(args.reference_pairs, n_pairs)
