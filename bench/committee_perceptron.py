@@ -124,8 +124,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"machine: {machine()}")
     features, pairs, eta = load_pairs(args.data)
+    live = None
     if args.feature_map == "thresholds":
-        features = QuantileThresholds(features.shape[1]).fit(features)(features)
+        mapper = QuantileThresholds(features.shape[1]).fit(features)
+        features, live = mapper(features), mapper.live_columns()
+        print(f"thresholds: {len(live)} of {features.shape[1]} columns can be non-zero")
     n_pairs, d = len(pairs), features.shape[1]
     print(f"data: {features.shape[0]} documents, d={d}, {n_pairs} pairs per pass; K={K}")
     prefix = min(args.reference_pairs, n_pairs)
@@ -180,6 +183,24 @@ def main() -> None:
             )
             speedup = sequential_seconds / batched_seconds
             print(f"|  | sweep speed-up over sequential runs ({label}) | | {speedup:.1f}x | |")
+        if live is not None and "cpu" in paths:
+            time_live_columns(features, pairs, eta, live, n_pairs, sizes, args.runs, reference_rate)
+
+
+def time_live_columns(features, pairs, eta, live, n_pairs, sizes, runs, reference_rate) -> None:
+    """The fused loop on the map's live columns only (what model=committee_perceptron streams)."""
+    narrow, device = features[:, live].contiguous(), torch.device("cpu")
+    width = features.shape[1]
+    for count, committee in ((1, K), (runs, sizes)):
+        order = pass_orders(n_pairs, range(count), 0)
+
+        def fit(order=order, count=count, committee=committee):
+            learner = PairwisePerceptron(width, committee_size=committee, n_runs=count, fused="cpu")
+            learner.fit_pairs(narrow, pairs, eta, order, columns=live)
+
+        rate = count * n_pairs / timed(fit, device)
+        what = "one run" if count == 1 else "sweep as one tensor"
+        print(f"| cpu | fused C++ on the live columns, {what} | {count} | {rate:,.0f} | {rate / reference_rate:.1f}x |")
 
 
 if __name__ == "__main__":

@@ -180,12 +180,15 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         """Every pair of the epoch's queries, each run in its own seeded order for this pass."""
         features, pairs, eta = self._pair_stream(self._epoch_batches)
         self._epoch_batches = []
+        columns = None
         if self.feature_map is not None:
             if not self.feature_map.fitted:
                 self.feature_map.fit(features)  # the first pass's documents: every training query
-            features = self.feature_map(features)
+            # most indicator columns are +inf thresholds (0 for every finite input): stream the rest
+            columns = self.feature_map.live_columns()
+            features = self.feature_map(features)[:, columns]
         order = pass_orders(len(pairs), self.seeds, self.current_epoch, device=self.device)
-        mistakes = self.learner.fit_pairs(features, pairs, eta, order)
+        mistakes = self.learner.fit_pairs(features, pairs, eta, order, columns=columns)
         pairs_count = max(1, len(pairs))
         # per pass (a pass is one step): the fraction of pairs mis-ranked while streaming, over the runs
         self.log("train/mistake_rate", mistakes.float().mean() / pairs_count, on_step=True, prog_bar=True)

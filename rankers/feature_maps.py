@@ -72,6 +72,13 @@ class QuantileThresholds(nn.Module):
         self.fitted.fill_(True)
         return self
 
+    def live_columns(self) -> Tensor:
+        """Indices ``[c]`` of the output columns that can be non-zero: the features and every
+        finite threshold's indicator (a +inf threshold's column is 0 for any finite input)."""
+        finite = torch.isfinite(self.thresholds).flatten()
+        live = torch.cat([torch.ones(self.n_features, dtype=torch.bool, device=finite.device), finite])
+        return live.nonzero().squeeze(1)
+
     def forward(self, features: Tensor) -> Tensor:
         steps = (features.unsqueeze(-1) >= self.thresholds).to(features.dtype) * self.scale  # [..., F, T]
         return torch.cat([features, steps.flatten(-2)], -1)

@@ -219,10 +219,20 @@ class PairwisePerceptron:
         self.seen += steps
         return mistakes
 
-    def fit_pairs(self, features: Tensor, pairs: Tensor, eta: Tensor, order: Tensor) -> Tensor:
+    def fit_pairs(
+        self, features: Tensor, pairs: Tensor, eta: Tensor, order: Tensor, *, columns: Tensor | None = None
+    ) -> Tensor:
         """One pass: run r streams the pairs ``order[r]`` of ``pairs [P, 2]`` (document indices into
         ``features [N, d]``, preferred first) with ``eta [P]``; ``order [R, P]``. Returns each run's
-        mistakes in the pass ``[R]`` long. Difference vectors are gathered a chunk at a time."""
+        mistakes in the pass ``[R]`` long. Difference vectors are gathered a chunk at a time.
+
+        ``columns [c]`` (long): ``features`` holds only these columns of the documents, every other
+        one being 0 for every document (a feature map's dead columns), as in every earlier pass.
+        Those columns' weights, sums and members are then 0 and stay 0 (each update adds
+        ``eta * 0``), so the pass runs on the ``c`` columns alone and leaves the state the
+        full-width pass would, for a fraction of the work."""
+        if columns is not None:
+            return self._fit_columns(features, pairs, eta, order, columns.to(self.device))
         total = torch.zeros(self.r, dtype=torch.long, device=self.device)
         features = features.to(self.device, self.dtype)
         pairs, eta, order = pairs.to(self.device), eta.to(self.device, self.dtype), order.to(self.device)
@@ -238,6 +248,25 @@ class PairwisePerceptron:
             preferred, other = pairs[chosen, 0], pairs[chosen, 1]
             total += self.partial_fit(features[preferred] - features[other], eta[chosen]).sum(1)
         return total
+
+    def _fit_columns(self, features: Tensor, pairs: Tensor, eta: Tensor, order: Tensor, columns: Tensor) -> Tensor:
+        """``fit_pairs`` on the given columns: a learner over them, the counters shared, then the
+        vectors written back into their columns."""
+        if features.shape[1] != len(columns):
+            raise ValueError(f"features has {features.shape[1]} columns, columns lists {len(columns)}")
+        vectors = ("weights", "weighted_sum", "_committee")
+        full = {name: getattr(self, name) for name in vectors}
+        for name in vectors:
+            setattr(self, name, full[name][..., columns].contiguous())
+        width, self.d = self.d, len(columns)
+        try:
+            mistakes = self.fit_pairs(features, pairs, eta, order)
+        finally:
+            for name in vectors:
+                full[name][..., columns] = getattr(self, name)
+                setattr(self, name, full[name])
+            self.d = width
+        return mistakes
 
     def _use_kernel(self) -> bool:
         """Whether ``fit_pairs`` runs the C++ loop (CPU, contiguous state, kernel built)."""

@@ -205,6 +205,30 @@ def test_rank_vote_module_matches_the_functional_rule():
     torch.testing.assert_close(RankVoteScorer(committee, votes)(features), expected)
 
 
+@pytest.mark.parametrize("fused", [False, "cpu"])
+def test_a_pass_on_the_live_columns_leaves_the_full_width_state(fused):
+    if fused and pairwise_perceptron_cpu.kernel() is None:
+        pytest.skip("no C++ toolchain")
+    generator = torch.Generator().manual_seed(6)
+    columns = torch.tensor([0, 2, 3, 7, 8])
+    full = torch.zeros(20 * 6, 10)
+    full[:, columns] = torch.randn(20 * 6, len(columns), generator=generator)
+    labels = torch.randint(0, 3, (20, 6), generator=generator).float()
+    found, eta = preference_pairs(labels)
+    pairs = torch.stack([found[:, 0] * 6 + found[:, 1], found[:, 0] * 6 + found[:, 2]], 1)
+    options = dict(committee_size=[1, 4], n_runs=2, dtype=torch.float64, fused=fused)
+    wide, narrow = PairwisePerceptron(10, **options), PairwisePerceptron(10, **options)
+    for epoch in range(3):
+        order = pass_orders(len(pairs), [1, 2], epoch)
+        expected = wide.fit_pairs(full, pairs, eta, order)
+        assert torch.equal(narrow.fit_pairs(full[:, columns], pairs, eta, order, columns=columns), expected)
+    for name in ("weights", "weighted_sum", "committee", "counts", "births", "successes", "mistakes", "seen"):
+        assert torch.equal(getattr(wide, name), getattr(narrow, name)), name
+    assert narrow.d == 10 and int(wide.hypotheses.min()) > 2
+    with pytest.raises(ValueError, match="columns lists 5"):
+        narrow.fit_pairs(full, pairs, eta, order, columns=columns)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_fused_cpu_loop_gives_the_tensor_paths_committee(dtype):
     if pairwise_perceptron_cpu.kernel() is None:

@@ -85,3 +85,14 @@ def test_map_exports_to_torchscript_and_onnx(tmp_path):
     torch.onnx.export(mapper, (features,), str(path), input_names=["x"], dynamic_shapes=({0: rows},), dynamo=True)
     (onnx,) = onnxruntime.InferenceSession(str(path)).run(None, {"x": features.numpy()})
     np.testing.assert_array_equal(onnx, mapper(features).numpy())
+
+
+def test_live_columns_are_the_features_and_the_finite_thresholds():
+    features = _data(4)
+    mapper = QuantileThresholds(4, bins=8).fit(features)
+    live = mapper.live_columns()
+    finite = torch.isfinite(mapper.thresholds).flatten().nonzero().squeeze(1) + 4
+    torch.testing.assert_close(live, torch.cat([torch.arange(4), finite]))
+    dead = torch.ones(mapper.out_features, dtype=torch.bool)
+    dead[live] = False
+    assert dead.any() and (mapper(torch.randn(50, 4) * 10)[:, dead] == 0).all()
