@@ -1,0 +1,58 @@
+"""bench/letor_peers.py's splits and blends: what its tables rest on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.letor_peers import folds, held_out_validation, per_query_zscores, trec_metrics
+from datamodules.letor import LetorDataModule
+from datamodules.letor_io import read_letor
+from datamodules.synthetic import generate_letor
+
+
+@pytest.fixture
+def train_file(tmp_path) -> str:
+    files = generate_letor(tmp_path, n_queries={"train": 23, "val": 2, "test": 2}, num_features=5, mean_docs=6)
+    return files["train"]
+
+
+def _query_ids(path: str) -> set[int]:
+    return set(np.unique(read_letor(path).qids).tolist())
+
+
+@pytest.mark.parametrize("with_val", [True, False])
+def test_every_query_is_tested_once_and_never_trained_on_in_its_fold(train_file, tmp_path, with_val):
+    everything = _query_ids(train_file)
+    triples = folds(read_letor(train_file), 5, seed=3, workdir=tmp_path, with_val=with_val)
+    tested = [_query_ids(files["test"]) for files in triples]
+    assert set().union(*tested) == everything and sum(map(len, tested)) == len(everything)
+    for f, files in enumerate(triples):
+        assert set(files) == ({"train", "val", "test"} if with_val else {"train", "test"})
+        held = _query_ids(files["test"]) | (_query_ids(files["val"]) if with_val else set())
+        assert _query_ids(files["train"]) == everything - held
+        if with_val:  # the next fold validates
+            assert _query_ids(files["val"]) == tested[(f + 1) % 5]
+
+
+def test_peers_hold_out_the_queries_our_datamodule_holds_out(train_file):
+    ours = LetorDataModule(train=train_file, val_fraction=0.1, seed=11, cache_dir=None)
+    ours.setup()
+    split = held_out_validation(read_letor(train_file), seed=11)
+    for name in ("train", "val"):
+        assert np.array_equal(np.unique(ours.splits[name].qids), np.unique(split[name].qids)), name
+
+
+def test_blend_scores_are_per_query_zscores_and_trec_metrics_see_the_order(train_file):
+    data = read_letor(train_file)
+    scores = np.random.default_rng(0).normal(size=len(data.labels)) * 100 + 7
+    scores[data.offsets[0] : data.offsets[1]] = 2.0  # a constant list stays finite (centred)
+    z = per_query_zscores(scores, data)
+    for start, stop in zip(data.offsets[:-1], data.offsets[1:], strict=True):
+        part = z[start:stop]
+        assert abs(part.mean()) < 1e-9 and (part.std() == pytest.approx(1.0) or np.all(part == 0))
+        assert np.array_equal(np.argsort(part, kind="stable"), np.argsort(scores[start:stop], kind="stable"))
+    assert trec_metrics(data, z) == pytest.approx(trec_metrics(data, scores))
+    perfect = trec_metrics(data, data.labels.astype(np.float64))
+    judged = [data.labels[a:b].max() > 0 for a, b in zip(data.offsets[:-1], data.offsets[1:], strict=True)]
+    assert perfect["ndcg@10"] == pytest.approx(np.mean(judged))  # trec_eval: 0 for a query with no relevant
