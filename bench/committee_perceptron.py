@@ -35,10 +35,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import device_seconds, machine
+from datamodules.feature_maps import QuantileThresholds
 from datamodules.letor_io import read_letor
 from datamodules.normalization import FeatureNormalizer
 from kernels import pairwise_perceptron_cpu
-from rankers.feature_maps import QuantileThresholds
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs
 
 K = 20

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from datamodules.batching import DeviceBatches, QueryBatchSampler, QueryDataset, make_collate
+from datamodules.feature_maps import ThresholdInputs
 from datamodules.letor_io import LetorData, read_letor, refuse_overflowing_gains
 from datamodules.normalization import KINDS, FeatureNormalizer
 
@@ -55,6 +56,9 @@ class LetorDataModule(pl.LightningDataModule):
         gain: the metrics' and losses' gain (``model.gain``); with ``"exp2"`` a label whose gain
             overflows float32 is refused here, naming file and line, rather than turning into NaN.
         max_dense_gib: the largest dense feature matrix a file may make (default: half the memory).
+        feature_map: ``none``, or ``thresholds``: the model's input is each normalized feature plus
+            the indicators of its ``bins - 1`` training quantiles (the live ones), standardized
+            (``datamodules.feature_maps.ThresholdInputs``, inside the model and its export).
     """
 
     def __init__(
@@ -79,11 +83,16 @@ class LetorDataModule(pl.LightningDataModule):
         n_ranks: int = 5,
         gain: str = "exp2",
         max_dense_gib: float | None = None,
+        feature_map: str = "none",
+        bins: int = 32,
     ) -> None:
         super().__init__()
         if normalization not in KINDS:
             raise ValueError(f"normalization must be one of {KINDS}, got {normalization!r}")
+        if feature_map not in ("none", "thresholds"):
+            raise ValueError(f"feature_map must be 'none' or 'thresholds', got {feature_map!r}")
         self.paths = {"train": train, "val": val, "test": test}
+        self.feature_map, self.bins = feature_map, bins
         self.n_ranks = n_ranks  # for ordinal rankers, which read the labels as ranks 0..n_ranks-1
         self.num_features_option, self.zero_based = num_features, zero_based
         self.normalization, self.batch_size = normalization, batch_size
@@ -154,10 +163,22 @@ class LetorDataModule(pl.LightningDataModule):
 
     def model_inputs(self) -> dict:
         """What the model is built with: the feature width and the normalizer it carries into the export."""
-        return {"n_features": self.num_features, "normalizer": self.build_normalizer()}
+        normalizer = self.build_normalizer()
+        return {"n_features": getattr(normalizer, "out_features", self.num_features), "normalizer": normalizer}
 
-    def build_normalizer(self) -> FeatureNormalizer:
-        return FeatureNormalizer.fit(self.normalization, self.splits["train"].features)
+    def build_normalizer(self) -> FeatureNormalizer | ThresholdInputs:
+        """The model's first step: a ``FeatureNormalizer`` fitted on the training split, followed by
+        the quantile thresholds with ``feature_map=thresholds``."""
+        train = self.splits["train"]
+        normalizer = FeatureNormalizer.fit(self.normalization, train.features)
+        if self.feature_map == "none":
+            return normalizer
+        features = torch.from_numpy(train.features)
+        with torch.no_grad():  # normalized query by query, as batches are (query_zscore)
+            documents = torch.cat(
+                [normalizer(features[a:b][None])[0] for a, b in zip(train.offsets[:-1], train.offsets[1:], strict=True)]
+            )
+        return ThresholdInputs.fit(normalizer, documents, bins=self.bins)
 
     def _loader(self, split: str, *, train: bool):
         features, labels, offsets = self.tensors[split]

@@ -89,6 +89,8 @@ class RankerModule(pl.LightningModule):
         step_loss_in_progress_bar: show each step's loss in the progress bar. Lightning reads
             progress-bar values back after every batch, a device sync on a GPU; None (default):
             only when training on CPU, where reading is free. The epoch's mean loss is always shown.
+        input_map: not used by the module: the LETOR datamodule's ``feature_map`` follows it (the
+            map then arrives inside ``normalizer``).
 
     The training step never reads a value back from the device: the running loss is a tensor
     metric without torchmetrics' NaN check (a host sync per batch; a NaN loss still shows in the
@@ -111,6 +113,7 @@ class RankerModule(pl.LightningModule):
         compile: bool | str = False,
         compile_backend: str = "inductor",
         step_loss_in_progress_bar: bool | None = None,
+        input_map: str = "none",
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only
@@ -208,4 +211,6 @@ class RankerModule(pl.LightningModule):
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``scorer.pt``, ``scorer.onnx`` and ``meta.json``: raw ``[L, F]`` features in, ``[L]`` scores out."""
-        return export_scorer(self.normalizer, self.scorer, out_dir, self.hparams.n_features)
+        # the export takes raw features: a feature map's input width, not the scorer's
+        raw_width = getattr(self.normalizer, "in_features", self.hparams.n_features)
+        return export_scorer(self.normalizer, self.scorer, out_dir, raw_width)

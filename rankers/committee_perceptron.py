@@ -26,11 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.batching import Batch
+from datamodules.feature_maps import QuantileThresholds
 from datamodules.normalization import FeatureNormalizer
 from metrics import higher_is_better, ranking_metrics
 from rankers.base import PassLimit
 from rankers.export import export_scorer
-from rankers.feature_maps import QuantileThresholds
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.scorers import LinearScorer
 
@@ -78,7 +78,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         epochs: passes T over the pairs; the module stops the trainer after them.
         query_balance: ``eta_q = 1 / |S_q|`` (else 1).
         feature_map: ``none`` (the normalized features, the slides' linear perceptron) or
-            ``thresholds`` (``rankers.feature_maps.QuantileThresholds``: each feature plus the
+            ``thresholds`` (``datamodules.feature_maps.QuantileThresholds``: each feature plus the
             indicators of its training quantiles, fitted on the first pass's documents and
             exported with the scorer; every variant learns the same way over them).
         bins, threshold_scale: the thresholds map's quantile bins per feature and indicator value.

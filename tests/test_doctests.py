@@ -19,7 +19,7 @@ MODULES = sorted(
 
 
 def test_the_examples_are_found():
-    assert "rankers.feature_maps" in MODULES and len(MODULES) >= 5
+    assert "datamodules.feature_maps" in MODULES and len(MODULES) >= 5
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -9,11 +9,11 @@ import torch
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from datamodules.feature_maps import QuantileThresholds
 from datamodules.letor_io import read_letor
 from kernels import pairwise_perceptron_cpu
 from metrics.functional import ndcg
 from rankers.committee_perceptron import PairwisePerceptronModule, RankVoteScorer
-from rankers.feature_maps import QuantileThresholds
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.pipeline import train
 

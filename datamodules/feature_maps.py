@@ -84,4 +84,46 @@ class QuantileThresholds(nn.Module):
         return torch.cat([features, steps.flatten(-2)], -1)
 
 
-__all__ = ["QuantileThresholds"]
+class ThresholdInputs(nn.Module):
+    """A model's input: the normalizer, then the quantile thresholds' live columns, standardized.
+
+    ``features [..., L, F]`` (mask ``[..., L]``) -> ``[..., L, c]``: ``normalizer(features, mask)``,
+    mapped by ``thresholds``, its ``c`` live columns kept (the features and each finite threshold's
+    indicator), each column z-scored with the training documents' mean and spread. It stands where
+    a ``FeatureNormalizer`` stands (the model's first step and the export's), for any ranker
+    whose scorer learns its own weights per input (``data.feature_map=thresholds``).
+
+    Build it with ``fit``; ``kind`` names it in the export's meta.json.
+    """
+
+    def __init__(self, normalizer: nn.Module, thresholds: QuantileThresholds, mean: Tensor, std: Tensor) -> None:
+        super().__init__()
+        self.normalizer, self.thresholds = normalizer, thresholds
+        self.kind = f"{normalizer.kind}+thresholds{thresholds.bins}"
+        self.register_buffer("live", thresholds.live_columns())
+        self.register_buffer("mean", mean.float())
+        self.register_buffer("std", std.float())
+
+    @property
+    def in_features(self) -> int:
+        return self.thresholds.n_features
+
+    @property
+    def out_features(self) -> int:
+        return len(self.live)
+
+    @classmethod
+    @torch.no_grad()
+    def fit(cls, normalizer: nn.Module, documents: Tensor, *, bins: int = 32) -> ThresholdInputs:
+        """From the training documents ``documents [N, F]``, already normalized by ``normalizer``."""
+        thresholds = QuantileThresholds(documents.shape[1], bins=bins, scale=1.0).fit(documents)
+        mapped = thresholds(documents)[:, thresholds.live_columns()].double()
+        std = mapped.std(0, unbiased=False)
+        return cls(normalizer, thresholds, mapped.mean(0), torch.where(std > 1e-12, std, torch.ones_like(std)))
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        mapped = self.thresholds(self.normalizer(features, mask)).index_select(-1, self.live)
+        return (mapped - self.mean) / self.std
+
+
+__all__ = ["QuantileThresholds", "ThresholdInputs"]

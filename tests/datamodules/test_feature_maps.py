@@ -7,7 +7,7 @@ import onnxruntime
 import pytest
 import torch
 
-from rankers.feature_maps import QuantileThresholds
+from datamodules.feature_maps import QuantileThresholds
 
 
 def _reference_thresholds(features: np.ndarray, bins: int) -> list[np.ndarray]:
@@ -96,3 +96,57 @@ def test_live_columns_are_the_features_and_the_finite_thresholds():
     dead = torch.ones(mapper.out_features, dtype=torch.bool)
     dead[live] = False
     assert dead.any() and (mapper(torch.randn(50, 4) * 10)[:, dead] == 0).all()
+
+
+def test_threshold_inputs_standardize_the_live_columns_of_the_normalized_features():
+    from datamodules.feature_maps import ThresholdInputs
+    from datamodules.normalization import FeatureNormalizer
+
+    raw = _data(5) * 3 + 1
+    normalizer = FeatureNormalizer.fit("zscore", raw.numpy())
+    inputs = ThresholdInputs.fit(normalizer, normalizer(raw), bins=8)
+    mapper = QuantileThresholds(4, bins=8, scale=1.0).fit(normalizer(raw))
+    expected = mapper(normalizer(raw))[:, mapper.live_columns()]
+    assert inputs.in_features == 4 and inputs.out_features == expected.shape[1] < 4 * 8
+    out = inputs(raw)
+    varying = expected.std(0) > 0
+    torch.testing.assert_close(out.mean(0), torch.zeros(out.shape[1]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.std(0, unbiased=False)[varying], torch.ones(int(varying.sum())), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out, (expected - expected.mean(0)) / expected.std(0, unbiased=False).clamp_min(1e-12))
+    padded = torch.full((1, 3, 4), float("nan"))  # padding holds NaN: masked before any statistic
+    padded[0, 0] = raw[0]
+    mask = torch.tensor([[True, False, False]])
+    assert torch.isfinite(inputs(padded, mask)).all()
+    torch.testing.assert_close(inputs(padded, mask)[0, 0], out[0])
+
+
+def test_letor_models_train_on_threshold_inputs_and_export_raw_features_in(make_cfg, tmp_path, data_dir):
+    import json
+
+    import onnxruntime
+
+    from datamodules.synthetic import generate_letor
+    from rankers.pipeline import train
+
+    files = generate_letor(data_dir / "maps", n_queries={"train": 40, "val": 10, "test": 10}, num_features=6, seed=2)
+    split = [f"data.{name}={files[name]}" for name in ("train", "val", "test")]
+    quiet = ["model.scorer.hidden=[8]", "trainer.max_epochs=2", "callbacks.progress_bar.refresh_rate=0"]
+    out = tmp_path / "run"
+    results = train(make_cfg("model=ranknet", "data=letor", *split, *quiet, out=out, tiny=False))
+    meta = json.loads((out / "export" / "meta.json").read_text())
+    assert meta["n_features"] == 6 and meta["normalization"] == "zscore+thresholds32"
+    from datamodules.letor_io import read_letor
+
+    test = read_letor(files["test"])
+    scripted = torch.jit.load(str(out / "export" / "scorer.pt"))
+    session = onnxruntime.InferenceSession(str(out / "export" / "scorer.onnx"))
+    for a, b in zip(test.offsets[:-1], test.offsets[1:], strict=True):
+        features = test.features[a:b]
+        (onnx,) = session.run(None, {"features": features})
+        np.testing.assert_allclose(onnx, scripted(torch.from_numpy(features)).detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"]
+    plain = train(
+        make_cfg("model=ranknet", "data=letor", *split, *quiet, "data.feature_map=none", out=tmp_path / "p", tiny=False)
+    )
+    assert json.loads((tmp_path / "p" / "export" / "meta.json").read_text())["normalization"] == "zscore"
+    assert plain["test"]
