@@ -117,9 +117,18 @@ class ThresholdInputs(nn.Module):
     def fit(cls, normalizer: nn.Module, documents: Tensor, *, bins: int = 32) -> ThresholdInputs:
         """From the training documents ``documents [N, F]``, already normalized by ``normalizer``."""
         thresholds = QuantileThresholds(documents.shape[1], bins=bins, scale=1.0).fit(documents)
-        mapped = thresholds(documents)[:, thresholds.live_columns()].double()
-        std = mapped.std(0, unbiased=False)
-        return cls(normalizer, thresholds, mapped.mean(0), torch.where(std > 1e-12, std, torch.ones_like(std)))
+        # the statistics without the [N, F * bins] matrix (MSLR: 723k documents x 4,352 columns):
+        # an indicator's mean is the share of documents at or above its threshold, its spread
+        # sqrt(p (1 - p))
+        values = documents.double()
+        ordered = documents.float().t().contiguous().sort(-1).values  # [F, N], compared as forward compares
+        below = torch.searchsorted(ordered, thresholds.thresholds, side="left")  # [F, T]
+        share = 1.0 - below.double() / len(documents)
+        mean = torch.cat([values.mean(0), share.flatten()])
+        std = torch.cat([values.std(0, unbiased=False), (share * (1.0 - share)).sqrt().flatten()])
+        live = thresholds.live_columns()
+        std = std[live]
+        return cls(normalizer, thresholds, mean[live], torch.where(std > 1e-12, std, torch.ones_like(std)))
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         mapped = self.thresholds(self.normalizer(features, mask)).index_select(-1, self.live)
