@@ -57,17 +57,21 @@ class QuantileThresholds(nn.Module):
         """Thresholds from the training documents ``features [N, F]`` (real documents only, no padding)."""
         if features.dim() != 2 or features.shape[1] != self.n_features:
             raise ValueError(f"expected features [N, {self.n_features}], got {tuple(features.shape)}")
-        if len(features) == 0:
+        return self.fit_sorted(sorted_columns(features))
+
+    @torch.no_grad()
+    def fit_sorted(self, ordered: Tensor) -> QuantileThresholds:
+        """``fit`` from each feature's sorted training values ``ordered [F, N]`` (``sorted_columns``)."""
+        count = ordered.shape[1]
+        if count == 0:
             raise ValueError("no training documents to fit the quantile thresholds on")
-        ordered = features.to(torch.float64).sort(0).values  # [N, F]
-        levels = torch.arange(1, self.bins, dtype=torch.float64, device=features.device) / self.bins
-        position = levels * (len(features) - 1)  # numpy's "linear" method
+        levels = torch.arange(1, self.bins, dtype=torch.float64, device=ordered.device) / self.bins
+        position = levels * (count - 1)  # numpy's "linear" method
         low, high = position.floor().long(), position.ceil().long()
-        fraction = (position - low).unsqueeze(1)
-        cuts = (ordered[low] + (ordered[high] - ordered[low]) * fraction).t().float()  # [F, T]
+        cuts = (ordered[:, low] + (ordered[:, high] - ordered[:, low]) * (position - low)).float()  # [F, T]
         repeated = torch.zeros_like(cuts, dtype=torch.bool)
         repeated[:, 1:] = cuts[:, 1:] <= cuts[:, :-1]
-        constant = cuts <= ordered[0].float().unsqueeze(1)
+        constant = cuts <= ordered[:, :1].float()
         self.thresholds.copy_(cuts.masked_fill(repeated | constant, float("inf")))
         self.fitted.fill_(True)
         return self
@@ -79,6 +83,19 @@ class QuantileThresholds(nn.Module):
         live = torch.cat([torch.ones(self.n_features, dtype=torch.bool, device=finite.device), finite])
         return live.nonzero().squeeze(1)
 
+    def live_indicators(self) -> tuple[Tensor, Tensor]:
+        """``(feature [m], cut [m])``: the finite thresholds and their features, in column order."""
+        cut = self.thresholds.flatten()
+        finite = torch.isfinite(cut)
+        feature = torch.arange(self.n_features, device=cut.device).repeat_interleave(self.bins - 1)
+        return feature[finite], cut[finite]
+
+    def live_forward(self, features: Tensor) -> Tensor:
+        """``forward(features)[..., live_columns()]``, without computing the other columns."""
+        feature, cut = self.live_indicators()
+        steps = (features.index_select(-1, feature) >= cut).to(features.dtype) * self.scale
+        return torch.cat([features, steps], -1)
+
     def forward(self, features: Tensor) -> Tensor:
         steps = (features.unsqueeze(-1) >= self.thresholds).to(features.dtype) * self.scale  # [..., F, T]
         return torch.cat([features, steps.flatten(-2)], -1)
@@ -88,51 +105,58 @@ class ThresholdInputs(nn.Module):
     """A model's input: the normalizer, then the quantile thresholds' live columns, standardized.
 
     ``features [..., L, F]`` (mask ``[..., L]``) -> ``[..., L, c]``: ``normalizer(features, mask)``,
-    mapped by ``thresholds``, its ``c`` live columns kept (the features and each finite threshold's
-    indicator), each column z-scored with the training documents' mean and spread. It stands where
-    a ``FeatureNormalizer`` stands (the model's first step and the export's), for any ranker
-    whose scorer learns its own weights per input (``data.feature_map=thresholds``).
+    then the indicator of each finite training-quantile threshold (``QuantileThresholds``' live
+    columns, computed alone), each of the ``c`` columns z-scored with the training documents' mean
+    and spread. It stands where a ``FeatureNormalizer`` stands (the model's first step and the
+    export's), for any ranker whose scorer learns its own weights per input
+    (``data.feature_map=thresholds``).
 
     Build it with ``fit``; ``kind`` names it in the export's meta.json.
     """
 
-    def __init__(self, normalizer: nn.Module, thresholds: QuantileThresholds, mean: Tensor, std: Tensor) -> None:
+    def __init__(
+        self, normalizer: nn.Module, feature: Tensor, cut: Tensor, mean: Tensor, std: Tensor, *, bins: int
+    ) -> None:
         super().__init__()
-        self.normalizer, self.thresholds = normalizer, thresholds
-        self.kind = f"{normalizer.kind}+thresholds{thresholds.bins}"
-        self.register_buffer("live", thresholds.live_columns())
+        self.normalizer = normalizer
+        self.kind = f"{normalizer.kind}+thresholds{bins}"
+        self.in_features = len(mean) - len(cut)
+        self.register_buffer("feature", feature.long())  # [m] the feature each indicator reads
+        self.register_buffer("cut", cut.float())  # [m] its threshold
         self.register_buffer("mean", mean.float())
         self.register_buffer("std", std.float())
 
     @property
-    def in_features(self) -> int:
-        return self.thresholds.n_features
-
-    @property
     def out_features(self) -> int:
-        return len(self.live)
+        return len(self.mean)
 
     @classmethod
     @torch.no_grad()
     def fit(cls, normalizer: nn.Module, documents: Tensor, *, bins: int = 32) -> ThresholdInputs:
         """From the training documents ``documents [N, F]``, already normalized by ``normalizer``."""
-        thresholds = QuantileThresholds(documents.shape[1], bins=bins, scale=1.0).fit(documents)
+        ordered = sorted_columns(documents)  # one sort for the thresholds and their statistics
+        thresholds = QuantileThresholds(documents.shape[1], bins=bins, scale=1.0).fit_sorted(ordered)
         # the statistics without the [N, F * bins] matrix (MSLR: 723k documents x 4,352 columns):
         # an indicator's mean is the share of documents at or above its threshold, its spread
         # sqrt(p (1 - p))
+        below = torch.searchsorted(ordered, thresholds.thresholds.double(), side="left")  # [F, T]
+        share = (1.0 - below.double() / len(documents)).flatten()[torch.isfinite(thresholds.thresholds).flatten()]
         values = documents.double()
-        ordered = documents.float().t().contiguous().sort(-1).values  # [F, N], compared as forward compares
-        below = torch.searchsorted(ordered, thresholds.thresholds, side="left")  # [F, T]
-        share = 1.0 - below.double() / len(documents)
-        mean = torch.cat([values.mean(0), share.flatten()])
-        std = torch.cat([values.std(0, unbiased=False), (share * (1.0 - share)).sqrt().flatten()])
-        live = thresholds.live_columns()
-        std = std[live]
-        return cls(normalizer, thresholds, mean[live], torch.where(std > 1e-12, std, torch.ones_like(std)))
+        mean = torch.cat([values.mean(0), share])
+        std = torch.cat([values.std(0, unbiased=False), (share * (1.0 - share)).sqrt()])
+        feature, cut = thresholds.live_indicators()
+        std = torch.where(std > 1e-12, std, torch.ones_like(std))
+        return cls(normalizer, feature, cut, mean, std, bins=bins)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
-        mapped = self.thresholds(self.normalizer(features, mask)).index_select(-1, self.live)
-        return (mapped - self.mean) / self.std
+        normalized = self.normalizer(features, mask)
+        steps = (normalized.index_select(-1, self.feature) >= self.cut).to(normalized.dtype)
+        return (torch.cat([normalized, steps], -1) - self.mean) / self.std
 
 
-__all__ = ["QuantileThresholds", "ThresholdInputs"]
+def sorted_columns(features: Tensor) -> Tensor:
+    """Each feature's values sorted, ``[F, N]`` float64, from documents ``features [N, F]``."""
+    return features.double().t().contiguous().sort(-1).values
+
+
+__all__ = ["QuantileThresholds", "ThresholdInputs", "sorted_columns"]

@@ -186,7 +186,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
                 self.feature_map.fit(features)  # the first pass's documents: every training query
             # most indicator columns are +inf thresholds (0 for every finite input): stream the rest
             columns = self.feature_map.live_columns()
-            features = self.feature_map(features)[:, columns]
+            features = self.feature_map.live_forward(features)
         order = pass_orders(len(pairs), self.seeds, self.current_epoch, device=self.device)
         mistakes = self.learner.fit_pairs(features, pairs, eta, order, columns=columns)
         pairs_count = max(1, len(pairs))
@@ -230,23 +230,8 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         mapped = self.normalizer(features, mask)
         if self.feature_map is not None:
             mapped = self.feature_map(mapped)
-        mapped = mapped.to(self.learner.device, self.learner.dtype)
-        if self.readout != "vote":
-            return torch.einsum("bld,gd->gbl", mapped, self._linear_weights(self.readout))
-        committee, votes = self._members()
-        member_scores = torch.einsum("bld,gkd->gblk", mapped, committee)
-        return rank_vote_scores(member_scores, votes[:, None, :], None if mask is None else mask.unsqueeze(0))
-
-    def _members(self) -> tuple[Tensor, Tensor]:
-        """Each scorer's voters ``(weights [G, n K, d], votes [G, n K])``: its runs' committees."""
-        committee, votes = self.learner.members(include_current=self.hparams.include_current)
-        groups = self.groups.to(committee.device)
-        return committee[groups].flatten(1, 2), votes[groups].flatten(1)
-
-    def _linear_weights(self, readout: str) -> Tensor:
-        """Each scorer's linear weights ``[G, d]``: the mean of its runs' read-outs."""
-        weights = self.learner.linear_weights(readout, include_current=self.hparams.include_current)
-        return weights[self.groups.to(weights.device)].mean(1)
+        include = self.hparams.include_current
+        return self.learner.scores(mapped, mask, self.readout, include_current=include, groups=self.groups)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """The selected scorer's scores ``[B, L]`` of raw features ``[B, L, F]``."""
@@ -292,13 +277,14 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         """The selected scorer ``[..., L, F] -> [..., L]`` on normalized features: a
         ``LinearScorer`` (bias 0) for linear read-outs, a ``RankVoteScorer`` for ``vote``, after
         the feature map when there is one."""
-        chosen = int(self.selected_run)
+        chosen, include = int(self.selected_run), self.hparams.include_current
         if readout == "vote":
-            committee, votes = self._members()
+            committee, votes = self.learner.members(include_current=include, groups=self.groups)
             keep = votes[chosen] > 0  # empty and zero-count members vote nothing
             scorer: nn.Module = RankVoteScorer(committee[chosen][keep].cpu(), votes[chosen][keep].cpu())
         else:
-            scorer = LinearScorer.from_weights(self._linear_weights(readout)[chosen])
+            weights = self.learner.linear_weights(readout, include_current=include, groups=self.groups)
+            scorer = LinearScorer.from_weights(weights[chosen])
         if self.feature_map is None:
             return scorer
         return nn.Sequential(copy.deepcopy(self.feature_map).cpu(), scorer)

@@ -305,10 +305,11 @@ class PairwisePerceptron:
         return mistake
 
     # -- read-outs -----------------------------------------------------------------------------
-    def members(self, *, include_current: bool = True) -> tuple[Tensor, Tensor]:
+    def members(self, *, include_current: bool = True, groups: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The committee ``(weights [R, K, d], votes [R, K])``: votes are the success counts, 0 for
         empty slots. With ``include_current`` the running hypothesis is offered to it first by the
-        same rule as on a mistake (a copy; the state is unchanged)."""
+        same rule as on a mistake (a copy; the state is unchanged). ``groups [G, n]`` (run indices)
+        pools runs: ``(weights [G, n K, d], votes [G, n K])``, every member of a group's runs."""
         committee, counts = self.committee.clone(), self.counts.clone()
         if include_current:
             priority = self.births.add(counts, alpha=PRIORITY_SHIFT)
@@ -317,12 +318,22 @@ class PairwisePerceptron:
             rows = self._runs[enters]
             committee[rows, slot[enters]] = self.weights[enters]
             counts[rows, slot[enters]] = self.successes[enters]
-        votes = torch.where((counts >= 0) & (counts < LOCKED), counts, 0)
-        return committee, votes.to(self.dtype)
+        votes = torch.where((counts >= 0) & (counts < LOCKED), counts, 0).to(self.dtype)
+        if groups is None:
+            return committee, votes
+        groups = groups.to(self.device)
+        return committee[groups].flatten(1, 2), votes[groups].flatten(1)
 
-    def linear_weights(self, combine: Combine = "weight", *, include_current: bool = True) -> Tensor:
+    def linear_weights(
+        self, combine: Combine = "weight", *, include_current: bool = True, groups: Tensor | None = None
+    ) -> Tensor:
         """The linear scorer of a read-out, ``[R, d]``: ``last`` (plain), ``average`` (averaged),
-        ``weight`` (the committee's count-weighted mean; pocket for K = 1). All zero before any success."""
+        ``weight`` (the committee's count-weighted mean; pocket for K = 1). All zero before any
+        success. ``groups [G, n]`` pools runs: ``[G, d]``, the mean of each group's runs' scorers."""
+        weights = self._linear_weights(combine, include_current=include_current)
+        return weights if groups is None else weights[groups.to(self.device)].mean(1)
+
+    def _linear_weights(self, combine: Combine, *, include_current: bool) -> Tensor:
         if combine == "last":
             return self.weights.clone()
         if combine == "average":
@@ -339,16 +350,23 @@ class PairwisePerceptron:
         raise ValueError(f"linear_weights combines last, average or weight; got {combine!r}")
 
     def scores(
-        self, features: Tensor, mask: Tensor | None = None, combine: Combine = "weight", *, include_current: bool = True
+        self,
+        features: Tensor,
+        mask: Tensor | None = None,
+        combine: Combine = "weight",
+        *,
+        include_current: bool = True,
+        groups: Tensor | None = None,
     ) -> Tensor:
-        """Scores ``[R, B, L]`` of the queries ``features [B, L, d]`` (``mask [B, L]``) under every run.
+        """Scores ``[R, B, L]`` of the queries ``features [B, L, d]`` (``mask [B, L]``) under every run
+        (``[G, B, L]`` under every group of runs with ``groups [G, n]``, as ``members`` pools them).
 
         Linear read-outs score ``w . x``; ``vote`` scores each document by the members' rank votes
         (padded documents score 0)."""
         features = features.to(self.device, self.dtype)
         if combine != "vote":
-            weights = self.linear_weights(combine, include_current=include_current)
+            weights = self.linear_weights(combine, include_current=include_current, groups=groups)
             return torch.einsum("bld,rd->rbl", features, weights)
-        committee, votes = self.members(include_current=include_current)
+        committee, votes = self.members(include_current=include_current, groups=groups)
         member_scores = torch.einsum("bld,rkd->rblk", features, committee)
         return rank_vote_scores(member_scores, votes[:, None, :], None if mask is None else mask.unsqueeze(0))

@@ -95,7 +95,9 @@ def test_live_columns_are_the_features_and_the_finite_thresholds():
     torch.testing.assert_close(live, torch.cat([torch.arange(4), finite]))
     dead = torch.ones(mapper.out_features, dtype=torch.bool)
     dead[live] = False
-    assert dead.any() and (mapper(torch.randn(50, 4) * 10)[:, dead] == 0).all()
+    inputs = torch.randn(2, 50, 4) * 10
+    assert dead.any() and (mapper(inputs)[..., dead] == 0).all()
+    torch.testing.assert_close(mapper.live_forward(inputs), mapper(inputs)[..., live])
 
 
 def test_threshold_inputs_standardize_the_live_columns_of_the_normalized_features():
@@ -150,3 +152,10 @@ def test_letor_models_train_on_threshold_inputs_and_export_raw_features_in(make_
     )
     assert json.loads((tmp_path / "p" / "export" / "meta.json").read_text())["normalization"] == "zscore"
     assert plain["test"]
+
+
+def test_an_unknown_feature_map_is_refused_by_the_letor_datamodule(tmp_path):
+    from datamodules.letor import LetorDataModule
+
+    with pytest.raises(ValueError, match="feature_map must be 'none' or 'thresholds', got 'splines'"):
+        LetorDataModule(train=str(tmp_path / "train.txt"), feature_map="splines")
