@@ -57,6 +57,11 @@ def load_pairs(path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         features = rng.normal(size=(offsets[-1], 300)).astype(np.float32)
         labels = rng.integers(0, 5, offsets[-1]).astype(np.float32)
     features = FeatureNormalizer.fit("zscore", features)(torch.from_numpy(features))
+    return (features, *query_pairs(labels, offsets))
+
+
+def query_pairs(labels: np.ndarray, offsets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pairs [P, 2]`` (row indices, preferred first) and ``eta [P]`` of every query of a flat split."""
     width = int(np.diff(offsets).max())
     query = torch.from_numpy(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)))
     position = torch.arange(len(query)) - torch.from_numpy(offsets[:-1]).long()[query]
@@ -65,7 +70,7 @@ def load_pairs(path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     padded[query, position], mask[query, position] = torch.from_numpy(labels), True
     found, eta = preference_pairs(padded, mask)
     start = torch.from_numpy(offsets[:-1]).long()[found[:, 0]]
-    return features, torch.stack([start + found[:, 1], start + found[:, 2]], 1), eta
+    return torch.stack([start + found[:, 1], start + found[:, 2]], 1), eta
 
 
 def numpy_reference(features: np.ndarray, pairs: np.ndarray, eta: np.ndarray, order: np.ndarray, k: int):

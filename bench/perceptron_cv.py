@@ -1,0 +1,117 @@
+"""Cross-validate the pairwise perceptron family's settings on a LETOR file, straight on the learner.
+
+The figures behind the committee perceptron's defaults (docs/committee_perceptron.md): for each
+fold (``bench/letor_peers.py``'s folds, no validation file), z-score on the training split, fit the
+quantile thresholds there (or not), run ``--runs`` seeds of every committee size for the largest
+``--passes`` as one tensor, and after each listed pass score the test split with trec_eval's
+``ndcg_cut_10``:
+
+* ``committee K vote|weight``: the seeds of size K pooled (every member votes its count / the mean
+  of their count-weighted scorers), as ``model=committee_perceptron`` with ``model.pool_runs=true``;
+* ``averaged``: the averaged perceptron of one seed (the mean over seeds of that single-seed score),
+  the reference every other row is paired against; ``averaged pooled``: the seeds' mean scorer.
+
+No Lightning and no export: a grid of settings runs in minutes. ``--small`` swaps the splits (one
+fold trains, the others test). Example:
+
+    python bench/perceptron_cv.py --train train_full.txt --seeds 0 1 2 3 4 5 6 7 --bins 32 64 --scales 0.1 0.25
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.committee_perceptron import query_pairs
+from bench.letor_peers import folds, trec_metrics
+from datamodules.feature_maps import QuantileThresholds
+from datamodules.letor_io import LetorData, read_letor
+from datamodules.normalization import FeatureNormalizer
+from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders
+
+
+def fold_scores(train: LetorData, test: LetorData, args: argparse.Namespace, bins: int | None, scale: float, seed: int):
+    """``{(row, passes): ndcg_cut_10}`` of one fold for one map setting (``bins`` None: no map)."""
+    normalizer = FeatureNormalizer.fit("zscore", train.features)
+    x_train, x_test = normalizer(torch.from_numpy(train.features)), normalizer(torch.from_numpy(test.features))
+    if bins is not None:
+        mapper = QuantileThresholds(x_train.shape[1], bins=bins, scale=scale).fit(x_train)
+        x_train, x_test = mapper.live_forward(x_train), mapper.live_forward(x_test)
+    pairs, eta = query_pairs(train.labels, train.offsets)
+    sizes = [k for k in args.committee_sizes for _ in range(args.runs)]
+    learner = PairwisePerceptron(x_train.shape[1], committee_size=sizes, n_runs=len(sizes))
+    seeds = [seed * 1000 + r for r in range(len(sizes))]
+    groups = torch.arange(len(sizes)).reshape(len(args.committee_sizes), args.runs)
+    queries = [x_test[a:b][None] for a, b in zip(test.offsets[:-1], test.offsets[1:], strict=True)]
+
+    def ndcg(combine: str, groups: torch.Tensor | None = None, row: int = 0) -> float:
+        """trec ``ndcg_cut_10`` of one run (or pooled group) ``row`` under a read-out."""
+        scores = [learner.scores(x, None, combine, groups=groups)[row, 0].numpy() for x in queries]
+        return trec_metrics(test, np.concatenate(scores))["ndcg@10"]
+
+    out = {}
+    for epoch in range(max(args.passes)):
+        learner.fit_pairs(x_train, pairs, eta, pass_orders(len(pairs), seeds, epoch))
+        if epoch + 1 not in args.passes:
+            continue
+        t = epoch + 1
+        for g, k in enumerate(args.committee_sizes):
+            for combine in ("vote", "weight"):
+                out[f"committee K={k} {combine}", t] = ndcg(combine, groups, row=g)
+        out["averaged", t] = statistics.fmean(ndcg("average", row=int(r)) for r in groups[0])
+        out["averaged pooled", t] = ndcg("average", groups, row=0)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", default="/work/data/letor_a/train_full.txt")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="fold draws")
+    parser.add_argument("--bins", type=int, nargs="+", default=[32], help="0: no feature map")
+    parser.add_argument("--scales", type=float, nargs="+", default=[0.25])
+    parser.add_argument("--passes", type=int, nargs="+", default=[2])
+    parser.add_argument("--committee-sizes", type=int, nargs="+", default=[20, 200])
+    parser.add_argument("--runs", type=int, default=5, help="seeds per committee size (pooled)")
+    parser.add_argument("--small", action="store_true", help="train on one fold, test on the others")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    data = read_letor(args.train)
+    settings = [(None, 1.0)] if args.bins == [0] else list(itertools.product(args.bins, args.scales))
+    rows: dict[tuple, list[float]] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for seed in args.seeds:
+            for files in folds(data, args.folds, seed, Path(workdir), with_val=False):
+                train, test = read_letor(files["train"]), read_letor(files["test"])
+                if args.small:
+                    train, test = test, train
+                width = max(train.num_features, test.num_features)
+                train, test = train.with_num_features(width), test.with_num_features(width)
+                for bins, scale in settings:
+                    for (name, t), value in fold_scores(train, test, args, bins, scale, seed).items():
+                        rows.setdefault((bins, scale, t, name), []).append(value)
+    size = "one fold trains" if args.small else "the other folds train"
+    print(f"{args.train}: {args.folds}-fold CV, fold draws {args.seeds}, {size}")
+    print("\n| bins | scale | passes | scorer | ndcg@10 | - averaged (one seed), paired | wins |")
+    print("|---|---|---:|---|---:|---:|---:|")
+    for (bins, scale, t, name), values in rows.items():
+        reference = np.array(rows[bins, scale, t, "averaged"])
+        difference = np.array(values) - reference
+        spread = difference.std() / np.sqrt(len(difference))
+        print(
+            f"| {bins or 'none'} | {scale} | {t} | {name} | {np.mean(values):.4f} | "
+            f"{difference.mean():+.4f} ± {spread:.4f} | {int((difference > 0).sum())}/{len(difference)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
