@@ -15,7 +15,7 @@ from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
-from rankers.scorers import member_scores
+from rankers.scorers import combined_scores, member_scores
 
 
 def check_loss(loss: Callable[..., Tensor]) -> None:
@@ -72,7 +72,9 @@ class RankerModule(pl.LightningModule):
     Args:
         scorer: factory ``scorer(n_features=F) -> nn.Module`` mapping ``[..., F]`` to ``[...]``
             (Hydra ``_partial_``).
-        loss: ``loss(scores, labels, mask) -> scalar`` (Hydra ``_partial_`` of a ``losses`` function).
+        loss: ``loss(scores, labels, mask) -> scalar`` (Hydra ``_partial_`` of a ``losses`` function),
+            or a list of M of them for an ensemble scorer: member k trains on loss ``k mod M``
+            (e.g. RankNet and ListNet members, ``model=ranknet_listnet``).
         optimizer: factory ``optimizer(params=...)``; scheduler: optional factory ``scheduler(optimizer=...)``.
         n_features: input width, from the datamodule.
         normalizer: the datamodule's ``FeatureNormalizer`` (part of the model, hence of the export).
@@ -100,7 +102,7 @@ class RankerModule(pl.LightningModule):
     def __init__(
         self,
         scorer: Callable[..., nn.Module],
-        loss: Callable[..., Tensor],
+        loss: Callable[..., Tensor] | Sequence[Callable[..., Tensor]],
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any] | None = None,
         *,
@@ -120,8 +122,14 @@ class RankerModule(pl.LightningModule):
         self.save_hyperparameters(ignore=["scorer", "loss", "optimizer", "scheduler", "normalizer"])
         self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
         self.scorer = scorer(n_features=n_features)
-        self.loss_fn, self.optimizer_factory, self.scheduler_factory = loss, optimizer, scheduler
-        check_loss(loss)
+        self.losses = list(loss) if isinstance(loss, Sequence) else [loss]
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        for each in self.losses:
+            check_loss(each)
+        n_members = member_scores(self.scorer, torch.zeros(1, n_features)).shape[-1]
+        if n_members % len(self.losses):
+            n_losses = len(self.losses)
+            raise ValueError(f"{n_losses} losses need a multiple of {n_losses} members, got {n_members}")
         # nan_strategy="disable": the default NaN check reads a bool back from the device every step
         self.train_loss, self.val_loss = MeanMetric(nan_strategy="disable"), MeanMetric(nan_strategy="disable")
         self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
@@ -134,7 +142,7 @@ class RankerModule(pl.LightningModule):
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Raw features ``[B, L, F]`` (mask ``[B, L]``) -> scores ``[B, L]``."""
-        return self.scorer(self.normalizer(features, mask))
+        return combined_scores(self.scorer, member_scores(self.scorer, self.normalizer(features, mask)), mask)
 
     def model_step(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """The loss and the scores ``[B, L]`` of a batch."""
@@ -143,12 +151,17 @@ class RankerModule(pl.LightningModule):
     def _scored_loss(self, features: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Loss and scores; what ``compile`` compiles. An ensemble scorer's K members are stacked
         along the batch (``[K * B, L]``), so each member trains on its own loss, whatever the loss;
-        the scores are the members' mean."""
+        with M losses, member k on loss ``k mod M`` and the loss is the members' mean. The scores
+        are the scorer's combination of its members (``combined_scores``)."""
         members = member_scores(self.scorer, self.normalizer(features, mask))  # [B, L, K]
-        k = members.shape[-1]
-        stacked = members.movedim(-1, 0).reshape(k * members.shape[0], members.shape[1])
-        loss = self.loss_fn(stacked, labels.repeat(k, 1), mask.repeat(k, 1))
-        return loss, members.mean(-1)
+        k, n_losses = members.shape[-1], len(self.losses)
+        loss = members.new_zeros(())
+        for m, loss_fn in enumerate(self.losses):
+            own = members[..., m::n_losses]  # [B, L, K / M]
+            stacked = own.movedim(-1, 0).reshape(-1, members.shape[1])
+            count = own.shape[-1]
+            loss = loss + loss_fn(stacked, labels.repeat(count, 1), mask.repeat(count, 1)) * (count / k)
+        return loss, combined_scores(self.scorer, members, mask)
 
     def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The training loss of a batch (forward and backward)."""

@@ -8,7 +8,11 @@ from copy import deepcopy
 import torch
 from torch import Tensor, nn
 
+from datamodules.normalization import VARIANCE_FLOOR, FeatureNormalizer
+
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
+# how an ensemble's member scores [..., L, K] become one score per document
+COMBINES = ("mean", "list_zscore")
 
 
 class LinearScorer(nn.Module):
@@ -37,6 +41,13 @@ def member_scores(scorer: nn.Module, features: Tensor) -> Tensor:
     return members(features) if members is not None else scorer(features).unsqueeze(-1)
 
 
+def combined_scores(scorer: nn.Module, members: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``[..., L]``: the scorer's combination of its members' scores ``members [..., L, K]`` over the
+    lists' real documents ``mask [..., L]`` (the members' mean for a scorer that names none)."""
+    combine = getattr(scorer, "combine_members", None)
+    return combine(members, mask) if combine is not None else members.mean(-1)
+
+
 class MLPScorer(nn.Module):
     """Feed-forward scorer: ``[Linear -> norm -> activation -> dropout] * len(hidden) -> Linear``.
 
@@ -47,7 +58,10 @@ class MLPScorer(nn.Module):
     initialization, each trained on its own loss over the same batches (``member_scores``; the
     ranker stacks the members along the batch), scored by the mean of their scores (``forward``,
     hence evaluation and the export). An ensemble of K independently trained networks, for the
-    price of one run.
+    price of one run. ``combine="list_zscore"`` z-scores each member's scores over the list's real
+    documents before the mean, so members trained on different losses (``RankerModule`` with a list
+    of losses), whose scores live on different scales, weigh alike; a list's ranking then depends
+    on its own documents only, as it does in the export, which scores one query at a time.
     """
 
     def __init__(
@@ -59,10 +73,15 @@ class MLPScorer(nn.Module):
         norm: str = "none",
         activation: str = "relu",
         members: int = 1,
+        combine: str = "mean",
     ) -> None:
         super().__init__()
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
+        if combine not in COMBINES:
+            raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
+        self.standardize_members = combine == "list_zscore"
+        self.variance_floor = VARIANCE_FLOOR  # an attribute: TorchScript reads no module globals
         if norm not in ("none", "layer"):
             raise ValueError(f"norm must be 'none' or 'layer', got {norm!r}")
         if activation not in ACTIVATIONS:
@@ -89,10 +108,18 @@ class MLPScorer(nn.Module):
             scores.append(member(features))
         return torch.cat(scores, -1)
 
-    def forward(self, features: Tensor) -> Tensor:
+    def combine_members(self, members: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``[..., L, K] -> [..., L]``: the members' mean, each z-scored over the list first with
+        ``combine="list_zscore"`` (``mask [..., L]`` its real documents; None: all of them)."""
+        if self.standardize_members:
+            members = FeatureNormalizer._query_zscore(members, mask, self.variance_floor)
+        return members.mean(-1)
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``features [..., L, F]`` -> ``[..., L]``; ``mask [..., L]`` matters only to ``list_zscore``."""
         if len(self.others) == 0:
             return self.layers(features).squeeze(-1)
-        return self.member_scores(features).mean(-1)
+        return self.combine_members(self.member_scores(features), mask)
 
 
 def _reinitialized(layers: nn.Sequential) -> nn.Sequential:

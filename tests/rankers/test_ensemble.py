@@ -9,7 +9,7 @@ import torch
 from hydra.utils import instantiate
 
 from datamodules.normalization import FeatureNormalizer
-from losses import lambdarank_loss, ranknet_loss
+from losses import lambdarank_loss, listnet_loss, ranknet_loss
 from rankers import RankerModule
 from rankers.export import export_scorer
 from rankers.scorers import MLPScorer
@@ -64,3 +64,77 @@ def test_members_start_apart_and_one_member_is_the_plain_scorer(make_cfg):
     torch.testing.assert_close(single(batch()[0]), ensemble.layers(batch()[0]).squeeze(-1))
     model = instantiate(make_cfg("model.scorer.members=3").model, n_features=8)
     assert len(model.scorer.others) == 2
+
+
+@pytest.mark.parametrize(("model", "members"), [("ranknet", 5), ("listnet", 5), ("lambdarank", 1)])
+def test_cross_validated_ensemble_defaults(make_cfg, model, members):
+    # ranknet and listnet gained from a five-seed ensemble in 5-fold CV on letor_a, lambdarank did not
+    # (docs/losses.md); the recommended configuration relies on this default
+    ranker = instantiate(make_cfg(f"model={model}", tiny=False).model, n_features=8)
+    assert 1 + len(ranker.scorer.others) == members
+
+
+def explicit_list_zscore(members: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each list's real documents, each member z-scored over them, then the mean: a loop over lists."""
+    out = torch.zeros(members.shape[:2])
+    for b in range(members.shape[0]):
+        real = members[b][mask[b]].double()  # [n, K]
+        spread = real.std(0, unbiased=False)
+        z = torch.where(spread > 1e-6, (real - real.mean(0)) / spread, torch.zeros_like(real))
+        out[b, mask[b]] = z.mean(-1).float()
+    return out
+
+
+def test_mixed_losses_train_member_k_on_loss_k_mod_m():
+    torch.manual_seed(3)
+    module = RankerModule(
+        lambda n_features: MLPScorer(n_features, [8], members=4, combine="list_zscore"),
+        [ranknet_loss, listnet_loss],
+        torch.optim.Adam,
+        n_features=4,
+    )
+    features, labels, mask = batch(1)
+    loss, scores = module._scored_loss(features, labels, mask)
+    members = module.scorer.member_scores(module.normalizer(features, mask))
+    separate = [(ranknet_loss, listnet_loss)[k % 2](members[..., k], labels, mask) for k in range(4)]
+    torch.testing.assert_close(loss, torch.stack(separate).mean())
+    torch.testing.assert_close(scores[mask], explicit_list_zscore(members.detach(), mask)[mask], rtol=1e-5, atol=1e-5)
+    loss.backward()
+    second = module.scorer.others[0][0].weight  # member 1: ListNet
+    torch.testing.assert_close(second.grad, torch.autograd.grad(separate[1] / 4, second)[0])
+    with pytest.raises(ValueError, match="multiple of 2 members"):
+        RankerModule(
+            lambda n_features: MLPScorer(n_features, [8], members=3),
+            [ranknet_loss, listnet_loss],
+            torch.optim.Adam,
+            n_features=4,
+        )
+
+
+def test_list_zscore_ignores_padding_and_exports_per_query(tmp_path):
+    torch.manual_seed(4)
+    scorer = MLPScorer(4, [8], members=3, combine="list_zscore").eval()
+    module = RankerModule(lambda n_features: scorer, ranknet_loss, torch.optim.Adam, n_features=4).eval()
+    features, _, mask = batch(2)
+    garbage = features.clone()
+    garbage[~mask] = 1e6  # padding rows hold anything
+    with torch.no_grad():
+        scores = module(garbage, mask)
+    assert torch.isfinite(scores).all()
+    export = export_scorer(module.normalizer, scorer, tmp_path, 4)
+    scripted = torch.jit.load(export["torchscript"])
+    session = onnxruntime.InferenceSession(export["onnx"])
+    for b in range(3):
+        one_query = features[b][mask[b]]
+        with torch.no_grad():
+            torch.testing.assert_close(scripted(one_query), scores[b][mask[b]], rtol=1e-5, atol=1e-5)
+        onnx = session.run(None, {"features": one_query.numpy()})[0]
+        np.testing.assert_allclose(onnx, scores[b][mask[b]].numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="combine"):
+        MLPScorer(4, [8], combine="median")
+
+
+def test_ranknet_listnet_config_alternates_its_two_losses(make_cfg):
+    ranker = instantiate(make_cfg("model=ranknet_listnet", tiny=False).model, n_features=8)
+    assert [loss.func for loss in ranker.losses] == [ranknet_loss, listnet_loss]
+    assert 1 + len(ranker.scorer.others) == 10 and ranker.scorer.standardize_members
