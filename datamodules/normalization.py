@@ -55,19 +55,20 @@ class FeatureNormalizer(nn.Module):
         if self.kind == "log1p":
             return torch.sign(features) * torch.log1p(features.abs())
         if self.kind == "query_zscore":
-            return self._query_zscore(features, mask, self.variance_floor)
+            return query_zscore(features, mask, self.variance_floor)
         return features
 
-    @staticmethod
-    def _query_zscore(features: Tensor, mask: Tensor | None, floor: float) -> Tensor:
-        """Per-query z-score; a feature constant within the query (one document, too) becomes 0.
 
-        The variance is clamped before the square root, not shifted by an epsilon: exporters
-        (ONNX) may fold ``var + 1e-12`` to ``var`` in float32, and ``0 / sqrt(0)`` is NaN.
-        """
-        weight = torch.ones_like(features[..., :1]) if mask is None else mask.unsqueeze(-1).to(features.dtype)
-        count = weight.sum(-2, keepdim=True).clamp_min(1.0)
-        mean = (features * weight).sum(-2, keepdim=True) / count
-        var = ((features - mean).square() * weight).sum(-2, keepdim=True) / count
-        varying = var > floor
-        return (features - mean) * torch.rsqrt(var.clamp_min(floor)) * varying.to(features.dtype)
+def query_zscore(features: Tensor, mask: Tensor | None, floor: float) -> Tensor:
+    """Per-list z-score of ``features [..., L, F]`` over the real documents ``mask [..., L]`` (None:
+    all): each of the F columns separately; a column constant within the list (one document, too) becomes 0.
+
+    The variance is clamped before the square root, not shifted by an epsilon: exporters
+    (ONNX) may fold ``var + 1e-12`` to ``var`` in float32, and ``0 / sqrt(0)`` is NaN.
+    """
+    weight = torch.ones_like(features[..., :1]) if mask is None else mask.unsqueeze(-1).to(features.dtype)
+    count = weight.sum(-2, keepdim=True).clamp_min(1.0)
+    mean = (features * weight).sum(-2, keepdim=True) / count
+    var = ((features - mean).square() * weight).sum(-2, keepdim=True) / count
+    varying = var > floor
+    return (features - mean) * torch.rsqrt(var.clamp_min(floor)) * varying.to(features.dtype)

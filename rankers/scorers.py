@@ -8,7 +8,7 @@ from copy import deepcopy
 import torch
 from torch import Tensor, nn
 
-from datamodules.normalization import VARIANCE_FLOOR, FeatureNormalizer
+from datamodules.normalization import VARIANCE_FLOOR, query_zscore
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 # how an ensemble's member scores [..., L, K] become one score per document
@@ -112,7 +112,9 @@ class MLPScorer(nn.Module):
         """``[..., L, K] -> [..., L]``: the members' mean, each z-scored over the list first with
         ``combine="list_zscore"`` (``mask [..., L]`` its real documents; None: all of them)."""
         if self.standardize_members:
-            members = FeatureNormalizer._query_zscore(members, mask, self.variance_floor)
+            if mask is not None:  # a padded row's score never reaches a list's statistics
+                members = members.masked_fill(~mask.unsqueeze(-1), 0.0)
+            members = query_zscore(members, mask, self.variance_floor)
         return members.mean(-1)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
