@@ -46,6 +46,9 @@ def fold_scores(train: LetorData, test: LetorData, args: argparse.Namespace, bin
     if bins is not None:
         mapper = QuantileThresholds(x_train.shape[1], bins=bins, scale=scale).fit(x_train)
         x_train, x_test = mapper.live_forward(x_train), mapper.live_forward(x_test)
+        if args.standardize:  # every column z-scored on the training documents, as the networks' input
+            mean, spread = x_train.mean(0), x_train.std(0).clamp_min(1e-6)
+            x_train, x_test = (x_train - mean) / spread, (x_test - mean) / spread
     pairs, eta = query_pairs(train.labels, train.offsets)
     sizes = [k for k in args.committee_sizes for _ in range(args.runs)]
     learner = PairwisePerceptron(x_train.shape[1], committee_size=sizes, n_runs=len(sizes))
@@ -83,6 +86,9 @@ def main() -> None:
     parser.add_argument("--committee-sizes", type=int, nargs="+", default=[20, 200])
     parser.add_argument("--runs", type=int, default=5, help="seeds per committee size (pooled)")
     parser.add_argument("--small", action="store_true", help="train on one fold, test on the others")
+    parser.add_argument(
+        "--standardize", action="store_true", help="z-score the mapped columns (the networks' ThresholdInputs)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     data = read_letor(args.train)
