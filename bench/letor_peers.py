@@ -18,7 +18,10 @@ pytrec_eval (``ndcg_cut_10`` uses linear gain, as trec_eval does), averaged over
 "fit s" is the fit alone (our runs: Lightning's fit, validation included).
 
 ``--folds K`` is for tuning without touching a test set: the training file's queries are split
-into K folds; each fold is the test split once, the next fold the validation split.
+into K folds; each fold is the test split once, the next fold the validation split. The folds are
+drawn once, from the first of ``--seeds``; every seed then trains each model on the same folds (K
+runs per seed, several per test fold). For another draw of the folds, run again with another first
+seed.
 
 Needs ``pip install -e ".[bench]"`` (lightgbm, xgboost) and pytrec_eval (dev extra).
 """
@@ -254,7 +257,9 @@ def main() -> None:
         "--no-val", action="store_true", help="with --folds: no validation file (its fold joins training)"
     )
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for our models")
-    parser.add_argument("--seeds", nargs="*", type=int, default=[0])
+    parser.add_argument(
+        "--seeds", nargs="*", type=int, default=[0], help="training seeds; with --folds the first also draws the folds"
+    )
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
     unknown = {member for blend in args.blends for member in blend.split("+")} - set(args.models)
