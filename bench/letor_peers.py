@@ -166,10 +166,13 @@ def held_out_validation(train: LetorData, seed: int, fraction: float = 0.1) -> S
     return {"val": train.subset(np.sort(order[:n_val])), "train": train.subset(np.sort(order[n_val:]))}
 
 
-def folds(train: LetorData, k: int, seed: int, workdir: Path, *, with_val: bool = True) -> list[dict[str, str]]:
+def folds(
+    train: LetorData, k: int, seed: int, workdir: Path, *, with_val: bool = True, small: bool = False
+) -> list[dict[str, str]]:
     """K (train, val, test) file triples over the queries of ``train``: fold f is the test split,
     fold f+1 the validation split (``with_val=False``: part of the training split, and no validation
-    file, as ``train.py data.train=... data.test=...`` is run)."""
+    file, as ``train.py data.train=... data.test=...`` is run). ``small`` (with ``with_val=False``):
+    fold f is the training split and the other folds the test split, for small training sets."""
     order = np.random.default_rng([seed, 7]).permutation(train.num_queries)
     parts = np.array_split(order, k)
     triples = []
@@ -180,6 +183,8 @@ def folds(train: LetorData, k: int, seed: int, workdir: Path, *, with_val: bool 
         named = (("train", rest), ("val", val), ("test", test))
         if not with_val:
             named = (("train", np.concatenate([rest, val])), ("test", test))
+        if not with_val and small:
+            named = (("train", test), ("test", np.concatenate([rest, val])))
         for name, rows in named:
             path = workdir / f"fold{f}-{name}.txt"
             write_letor(path, train.subset(np.sort(rows)))
@@ -256,12 +261,17 @@ def main() -> None:
     parser.add_argument(
         "--no-val", action="store_true", help="with --folds: no validation file (its fold joins training)"
     )
+    parser.add_argument(
+        "--small", action="store_true", help="with --folds --no-val: each fold trains alone, the others test"
+    )
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for our models")
     parser.add_argument(
         "--seeds", nargs="*", type=int, default=[0], help="training seeds; with --folds the first also draws the folds"
     )
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
+    if args.small and not (args.folds and args.no_val):
+        parser.error("--small needs --folds and --no-val")
     unknown = {member for blend in args.blends for member in blend.split("+")} - set(args.models)
     if unknown:
         parser.error(f"--blends name models that --models does not train: {sorted(unknown)}")
@@ -269,7 +279,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="letor-peers-") as folder:
         workdir = Path(folder)
         if args.folds:
-            settings = folds(read_letor(args.train), args.folds, args.seeds[0], workdir, with_val=not args.no_val)
+            data = read_letor(args.train)
+            settings = folds(data, args.folds, args.seeds[0], workdir, with_val=not args.no_val, small=args.small)
         elif args.test:
             settings = [{"train": args.train, **({"val": args.val} if args.val else {}), "test": args.test}]
         else:
@@ -281,6 +292,8 @@ def main() -> None:
     where = f"{args.folds}-fold cross-validation of {args.train}" if args.folds else f"test file {args.test}"
     if args.folds and args.no_val:
         where += " without validation files"
+    if args.folds and args.small:
+        where += ", each fold training alone"
     note = (
         f"machine: {machine()}\n\n{where}; seeds {args.seeds}; overrides {args.override or 'none'}; "
         "mean (± std over folds and seeds)"

@@ -35,6 +35,19 @@ def test_every_query_is_tested_once_and_never_trained_on_in_its_fold(train_file,
             assert _query_ids(files["val"]) == tested[(f + 1) % 5]
 
 
+def test_small_folds_train_on_one_fold_and_test_on_the_others(train_file, tmp_path):
+    everything = _query_ids(train_file)
+    (tmp_path / "large").mkdir()
+    (tmp_path / "small").mkdir()
+    large = folds(read_letor(train_file), 5, seed=3, workdir=tmp_path / "large", with_val=False)
+    small = folds(read_letor(train_file), 5, seed=3, workdir=tmp_path / "small", with_val=False, small=True)
+    trained = [_query_ids(files["train"]) for files in small]
+    assert set().union(*trained) == everything and sum(map(len, trained)) == len(everything)
+    for big, little in zip(large, small, strict=True):  # the same folds, roles swapped
+        assert _query_ids(little["train"]) == _query_ids(big["test"])
+        assert _query_ids(little["test"]) == everything - _query_ids(little["train"])
+
+
 def test_peers_hold_out_the_queries_our_datamodule_holds_out(train_file):
     ours = LetorDataModule(train=train_file, val_fraction=0.1, seed=11, cache_dir=None)
     ours.setup()
