@@ -15,7 +15,7 @@ from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
-from rankers.scorers import combined_scores, member_scores
+from rankers.scorers import combined_scores, member_count, member_scores
 
 
 def check_loss(loss: Callable[..., Tensor]) -> None:
@@ -32,6 +32,19 @@ def check_loss(loss: Callable[..., Tensor]) -> None:
         raise ValueError(f"model.loss {name}({options}) cannot be computed: {error}") from error
     if value.dim() != 0 or not torch.isfinite(value):
         raise ValueError(f"model.loss must return a finite scalar, got {value}")
+
+
+def check_losses(losses: Sequence[Callable[..., Tensor]], n_members: int) -> None:
+    """``check_loss`` on each of a ranker's losses, and refuse members that cannot be shared among them."""
+    if not losses:
+        raise ValueError("model.loss: give a loss or a non-empty list of them")
+    for position, loss in enumerate(losses):
+        try:
+            check_loss(loss)
+        except ValueError as error:
+            raise ValueError(f"model.loss[{position}]: {error}" if len(losses) > 1 else str(error)) from error
+    if n_members % len(losses):
+        raise ValueError(f"{len(losses)} losses need a multiple of {len(losses)} members, got {n_members}")
 
 
 class PassLimit:
@@ -124,12 +137,7 @@ class RankerModule(pl.LightningModule):
         self.scorer = scorer(n_features=n_features)
         self.losses = list(loss) if isinstance(loss, Sequence) else [loss]
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        for each in self.losses:
-            check_loss(each)
-        n_members = member_scores(self.scorer, torch.zeros(1, n_features)).shape[-1]
-        if n_members % len(self.losses):
-            n_losses = len(self.losses)
-            raise ValueError(f"{n_losses} losses need a multiple of {n_losses} members, got {n_members}")
+        check_losses(self.losses, member_count(self.scorer))
         # nan_strategy="disable": the default NaN check reads a bool back from the device every step
         self.train_loss, self.val_loss = MeanMetric(nan_strategy="disable"), MeanMetric(nan_strategy="disable")
         self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
@@ -149,11 +157,18 @@ class RankerModule(pl.LightningModule):
         return self._scored_loss(batch["features"], batch["labels"], batch["mask"])
 
     def _scored_loss(self, features: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Loss and scores; what ``compile`` compiles. An ensemble scorer's K members are stacked
-        along the batch (``[K * B, L]``), so each member trains on its own loss, whatever the loss;
-        with M losses, member k on loss ``k mod M`` and the loss is the members' mean. The scores
-        are the scorer's combination of its members (``combined_scores``)."""
+        """Loss and scores ``[B, L]`` (the scorer's combination of its members, ``combined_scores``)."""
         members = member_scores(self.scorer, self.normalizer(features, mask))  # [B, L, K]
+        return self._members_loss(members, labels, mask), combined_scores(self.scorer, members, mask)
+
+    def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
+        """The training loss of a batch (forward and backward); what ``compile`` compiles."""
+        return self._members_loss(member_scores(self.scorer, self.normalizer(features, mask)), labels, mask)
+
+    def _members_loss(self, members: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
+        """The loss of the members' scores ``[B, L, K]``. The K members are stacked along the batch
+        (``[K * B, L]``), so each member trains on its own loss, whatever the loss; with M losses,
+        member k on loss ``k mod M``, and the loss is the members' mean."""
         k, n_losses = members.shape[-1], len(self.losses)
         loss = members.new_zeros(())
         for m, loss_fn in enumerate(self.losses):
@@ -161,11 +176,7 @@ class RankerModule(pl.LightningModule):
             stacked = own.movedim(-1, 0).reshape(-1, members.shape[1])
             count = own.shape[-1]
             loss = loss + loss_fn(stacked, labels.repeat(count, 1), mask.repeat(count, 1)) * (count / k)
-        return loss, combined_scores(self.scorer, members, mask)
-
-    def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
-        """The training loss of a batch (forward and backward)."""
-        return self._scored_loss(features, labels, mask)[0]
+        return loss
 
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model

@@ -41,6 +41,11 @@ def member_scores(scorer: nn.Module, features: Tensor) -> Tensor:
     return members(features) if members is not None else scorer(features).unsqueeze(-1)
 
 
+def member_count(scorer: nn.Module) -> int:
+    """How many members' scores ``member_scores`` gives (1 for a plain scorer), without running it."""
+    return int(getattr(scorer, "n_members", 1))
+
+
 def combined_scores(scorer: nn.Module, members: Tensor, mask: Tensor | None = None) -> Tensor:
     """``[..., L]``: the scorer's combination of its members' scores ``members [..., L, K]`` over the
     lists' real documents ``mask [..., L]`` (the members' mean for a scorer that names none)."""
@@ -101,6 +106,11 @@ class MLPScorer(nn.Module):
         # members beyond the first: deep copies re-initialized, so each has its own starting point
         self.others = nn.ModuleList(_reinitialized(self.layers) for _ in range(members - 1))
 
+    @property
+    def n_members(self) -> int:
+        """K."""
+        return 1 + len(self.others)
+
     def member_scores(self, features: Tensor) -> Tensor:
         """``[..., K]``: every member's scores."""
         scores = [self.layers(features)]
@@ -119,7 +129,7 @@ class MLPScorer(nn.Module):
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """``features [..., L, F]`` -> ``[..., L]``; ``mask [..., L]`` matters only to ``list_zscore``."""
-        if len(self.others) == 0:
+        if len(self.others) == 0 and not self.standardize_members:
             return self.layers(features).squeeze(-1)
         return self.combine_members(self.member_scores(features), mask)
 

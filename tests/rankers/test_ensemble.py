@@ -138,3 +138,52 @@ def test_ranknet_listnet_config_alternates_its_two_losses(make_cfg):
     ranker = instantiate(make_cfg("model=ranknet_listnet", tiny=False).model, n_features=8)
     assert [loss.func for loss in ranker.losses] == [ranknet_loss, listnet_loss]
     assert 1 + len(ranker.scorer.others) == 10 and ranker.scorer.standardize_members
+
+
+def test_building_a_ranker_draws_no_random_numbers_beyond_its_scorer():
+    # the members are counted, not run: a forward pass at construction (dropout) would shift every seed
+    torch.manual_seed(5)
+    scorer = MLPScorer(4, [8], dropout=0.5, members=2)
+    after_scorer = torch.rand(3)
+    torch.manual_seed(5)
+    module = RankerModule(
+        lambda n_features: MLPScorer(n_features, [8], dropout=0.5, members=2),
+        [ranknet_loss, listnet_loss],
+        torch.optim.Adam,
+        n_features=4,
+    )
+    torch.testing.assert_close(torch.rand(3), after_scorer)
+    torch.testing.assert_close(module.scorer.layers[0].weight, scorer.layers[0].weight)
+
+
+def test_one_member_list_zscore_scores_alike_in_the_framework_and_the_export(tmp_path):
+    torch.manual_seed(6)
+    module = RankerModule(
+        lambda n_features: MLPScorer(n_features, [8], combine="list_zscore"),
+        ranknet_loss,
+        torch.optim.Adam,
+        n_features=4,
+    ).eval()
+    features, _, mask = batch(3)
+    with torch.no_grad():
+        scores = module(features, mask)
+        _, step_scores = module._scored_loss(features, torch.zeros(3, 6), mask)
+    torch.testing.assert_close(scores, step_scores)
+    scripted = torch.jit.load(export_scorer(module.normalizer, module.scorer, tmp_path, 4)["torchscript"])
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(features[0]), scores[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_empty_list_of_losses_is_refused():
+    with pytest.raises(ValueError, match="non-empty list"):
+        RankerModule(lambda n_features: MLPScorer(n_features, [8]), [], torch.optim.Adam, n_features=4)
+
+
+def test_the_ranknet_listnet_config_trains_a_step(make_cfg):
+    ranker = instantiate(make_cfg("model=ranknet_listnet", tiny=False).model, n_features=4)
+    features, labels, mask = batch(4)
+    loss = ranker._loss_of(features, labels, mask)
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() > 0
+    grads = [p.grad for p in ranker.scorer.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
