@@ -246,6 +246,16 @@ def table(rows: dict[str, list[dict]], note: str) -> str:
     return "\n".join(lines)
 
 
+def seed_spread(runs: list[dict], n_seeds: int, measure: str = "ndcg@10") -> float | None:
+    """One seed's standard deviation of ``measure`` on a test split, from the seeds' spread on each
+    split (``runs`` split-major, seed-minor, as ``evaluate_setting`` appends them): the pooled
+    within-split variance. None with one seed."""
+    if n_seeds < 2 or len(runs) % n_seeds:
+        return None
+    values = np.array([run[measure] for run in runs]).reshape(-1, n_seeds)
+    return float(np.sqrt(values.var(1, ddof=1).mean()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True)
@@ -299,6 +309,10 @@ def main() -> None:
         "mean (± std over folds and seeds)"
     )
     print(table(rows, note))
+    spreads = {model: seed_spread(runs, len(args.seeds)) for model, runs in rows.items()}
+    if any(spread is not None for spread in spreads.values()):
+        print("\none seed's ndcg@10 standard deviation on a test split (the seeds' spread on each split):")
+        print(", ".join(f"{model} {spread:.4f}" for model, spread in spreads.items() if spread is not None))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

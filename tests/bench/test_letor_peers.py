@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.letor_peers import folds, held_out_validation, per_query_zscores, trec_metrics
+from bench.letor_peers import folds, held_out_validation, per_query_zscores, seed_spread, trec_metrics
 from datamodules.letor import LetorDataModule
 from datamodules.letor_io import read_letor
 from datamodules.synthetic import generate_letor
@@ -69,3 +69,10 @@ def test_blend_scores_are_per_query_zscores_and_trec_metrics_see_the_order(train
     perfect = trec_metrics(data, data.labels.astype(np.float64))
     judged = [data.labels[a:b].max() > 0 for a, b in zip(data.offsets[:-1], data.offsets[1:], strict=True)]
     assert perfect["ndcg@10"] == pytest.approx(np.mean(judged))  # trec_eval: 0 for a query with no relevant
+
+
+def test_seed_spread_pools_each_splits_variance_over_seeds():
+    runs = [{"ndcg@10": v} for v in (0.70, 0.72, 0.80, 0.80, 0.60, 0.66)]  # 3 splits x 2 seeds
+    expected = np.sqrt(np.mean([np.var([0.70, 0.72], ddof=1), 0.0, np.var([0.60, 0.66], ddof=1)]))
+    assert seed_spread(runs, 2) == pytest.approx(expected)
+    assert seed_spread(runs, 1) is None  # one seed: no spread to measure
