@@ -96,10 +96,8 @@ def main() -> None:
     rows: dict[tuple, list[float]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         for seed in args.seeds:
-            for files in folds(data, args.folds, seed, Path(workdir), with_val=False):
+            for files in folds(data, args.folds, seed, Path(workdir), with_val=False, small=args.small):
                 train, test = read_letor(files["train"]), read_letor(files["test"])
-                if args.small:
-                    train, test = test, train
                 width = max(train.num_features, test.num_features)
                 train, test = train.with_num_features(width), test.with_num_features(width)
                 for bins, scale in settings:

@@ -148,6 +148,17 @@ class ThresholdInputs(nn.Module):
         std = torch.where(std > 1e-12, std, torch.ones_like(std))
         return cls(normalizer, feature, cut, mean, std, bins=bins)
 
+    @classmethod
+    def from_thresholds(cls, normalizer: nn.Module, thresholds: QuantileThresholds) -> ThresholdInputs:
+        """``thresholds.live_forward`` after ``normalizer``, unstandardized: the features as they are
+        and each live indicator worth ``thresholds.scale`` (what a linear learner trained on the
+        live columns reads; the export of the perceptrons)."""
+        feature, cut = thresholds.live_indicators()
+        n = thresholds.n_features
+        mean = torch.zeros(n + len(cut))
+        std = torch.cat([torch.ones(n), torch.full((len(cut),), 1.0 / thresholds.scale)])
+        return cls(normalizer, feature.cpu(), cut.cpu(), mean, std, bins=thresholds.bins)
+
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         normalized = self.normalizer(features, mask)
         steps = (normalized.index_select(-1, self.feature) >= self.cut).to(normalized.dtype)

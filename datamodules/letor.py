@@ -174,10 +174,12 @@ class LetorDataModule(pl.LightningDataModule):
         if self.feature_map == "none":
             return normalizer
         features = torch.from_numpy(train.features)
-        with torch.no_grad():  # normalized query by query, as batches are (query_zscore)
-            documents = torch.cat(
-                [normalizer(features[a:b][None])[0] for a, b in zip(train.offsets[:-1], train.offsets[1:], strict=True)]
-            )
+        with torch.no_grad():
+            if normalizer.kind != "query_zscore":  # document by document: the whole split at once
+                documents = normalizer(features)
+            else:  # its statistics are the query's: query by query, as batches are
+                bounds = zip(train.offsets[:-1], train.offsets[1:], strict=True)
+                documents = torch.cat([normalizer(features[a:b][None])[0] for a, b in bounds])
         return ThresholdInputs.fit(normalizer, documents, bins=self.bins)
 
     def _loader(self, split: str, *, train: bool):

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.batching import Batch
-from datamodules.feature_maps import QuantileThresholds
+from datamodules.feature_maps import QuantileThresholds, ThresholdInputs
 from datamodules.normalization import FeatureNormalizer
 from metrics import higher_is_better, ranking_metrics
 from rankers.base import PassLimit
@@ -273,30 +273,34 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.learner.load_state_dict(checkpoint["pairwise_perceptron"])
 
+    def export_inputs(self) -> nn.Module:
+        """What the exported scorer reads its input through: the normalizer, then the feature
+        map's live columns only (its other columns are 0 for every finite input, and their weights 0)."""
+        normalizer = copy.deepcopy(self.normalizer).cpu()
+        if self.feature_map is None:
+            return normalizer
+        return ThresholdInputs.from_thresholds(normalizer, copy.deepcopy(self.feature_map).cpu())
+
     def scorer_for(self, readout: str) -> nn.Module:
-        """The selected scorer ``[..., L, F] -> [..., L]`` on normalized features: a
-        ``LinearScorer`` (bias 0) for linear read-outs, a ``RankVoteScorer`` for ``vote``, after
-        the feature map when there is one."""
+        """The selected scorer ``[..., L, c] -> [..., L]`` on ``export_inputs()``' columns: a
+        ``LinearScorer`` (bias 0) for linear read-outs, a ``RankVoteScorer`` for ``vote``."""
         chosen, include = int(self.selected_run), self.hparams.include_current
+        live = self.feature_map.live_columns() if self.feature_map is not None else slice(None)
         if readout == "vote":
             committee, votes = self.learner.members(include_current=include, groups=self.groups)
             keep = votes[chosen] > 0  # empty and zero-count members vote nothing
-            scorer: nn.Module = RankVoteScorer(committee[chosen][keep].cpu(), votes[chosen][keep].cpu())
-        else:
-            weights = self.learner.linear_weights(readout, include_current=include, groups=self.groups)
-            scorer = LinearScorer.from_weights(weights[chosen])
-        if self.feature_map is None:
-            return scorer
-        return nn.Sequential(copy.deepcopy(self.feature_map).cpu(), scorer)
+            return RankVoteScorer(committee[chosen][keep][:, live].cpu(), votes[chosen][keep].cpu())
+        weights = self.learner.linear_weights(readout, include_current=include, groups=self.groups)
+        return LinearScorer.from_weights(weights[chosen][live])
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``scorer.pt`` / ``scorer.onnx`` of the configured read-out; a committee also exports its
         other rule under ``weight/`` or ``vote/`` (same files)."""
-        normalizer = self.normalizer.cpu()
-        exported = export_scorer(normalizer, self.scorer_for(self.readout), out_dir, self.hparams.n_features)
+        inputs = self.export_inputs()
+        exported = export_scorer(inputs, self.scorer_for(self.readout), out_dir, self.hparams.n_features)
         if self.hparams.variant == "committee":
             other = "vote" if self.readout == "weight" else "weight"
-            extra = export_scorer(normalizer, self.scorer_for(other), Path(out_dir) / other, self.hparams.n_features)
+            extra = export_scorer(inputs, self.scorer_for(other), Path(out_dir) / other, self.hparams.n_features)
             exported.update({f"{other}_{key}": path for key, path in extra.items()})
         return exported
 

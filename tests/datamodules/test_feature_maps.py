@@ -159,3 +159,36 @@ def test_an_unknown_feature_map_is_refused_by_the_letor_datamodule(tmp_path):
 
     with pytest.raises(ValueError, match="feature_map must be 'none' or 'thresholds', got 'splines'"):
         LetorDataModule(train=str(tmp_path / "train.txt"), feature_map="splines")
+
+
+def test_threshold_inputs_from_a_fitted_map_are_its_live_forward_after_the_normalizer():
+    from datamodules.feature_maps import ThresholdInputs
+    from datamodules.normalization import FeatureNormalizer
+
+    raw = _data(6) * 2 - 1
+    normalizer = FeatureNormalizer.fit("zscore", raw.numpy())
+    mapper = QuantileThresholds(4, bins=8, scale=0.1).fit(normalizer(raw))
+    inputs = ThresholdInputs.from_thresholds(normalizer, mapper)
+    assert inputs.out_features == len(mapper.live_columns())
+    torch.testing.assert_close(inputs(raw[None])[0], mapper.live_forward(normalizer(raw)))
+
+
+@pytest.mark.parametrize("normalization", ["zscore", "query_zscore"])
+def test_the_datamodules_threshold_inputs_are_fitted_on_documents_normalized_as_batches_are(data_dir, normalization):
+    from datamodules.feature_maps import ThresholdInputs
+    from datamodules.letor import LetorDataModule
+    from datamodules.synthetic import generate_letor
+
+    files = generate_letor(data_dir / "fitted", n_queries={"train": 12, "val": 2, "test": 2}, num_features=5, seed=4)
+    module = LetorDataModule(
+        train=files["train"], normalization=normalization, feature_map="thresholds", bins=6, cache_dir=None
+    )
+    module.setup()
+    inputs = module.build_normalizer()
+    train = module.splits["train"]
+    features = torch.from_numpy(train.features)
+    # a loop over the training queries, each normalized as one batch of one list
+    per_query = [inputs.normalizer(features[a:b][None])[0] for a, b in zip(train.offsets[:-1], train.offsets[1:])]
+    expected = ThresholdInputs.fit(inputs.normalizer, torch.cat(per_query), bins=6)
+    for name in ("feature", "cut", "mean", "std"):
+        torch.testing.assert_close(getattr(inputs, name), getattr(expected, name))
