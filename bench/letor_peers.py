@@ -256,7 +256,7 @@ def seed_spread(runs: list[dict], n_seeds: int, measure: str = "ndcg@10") -> flo
     return float(np.sqrt(values.var(1, ddof=1).mean()))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True)
     parser.add_argument("--val")
@@ -279,7 +279,7 @@ def main() -> None:
         "--seeds", nargs="*", type=int, default=[0], help="training seeds; with --folds the first also draws the folds"
     )
     parser.add_argument("--json", help="also write every run's figures here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.small and not (args.folds and args.no_val):
         parser.error("--small needs --folds and --no-val")
     unknown = {member for blend in args.blends for member in blend.split("+")} - set(args.models)

@@ -3,6 +3,12 @@
     python bench/linklearn_curve.py --dump DUMP.xml.bz2 --collection DIR [--collection DIR ...] \
         [--epochs 10] [--lr 0.001] [--regularization 1.0] [--cloze 1] [--margin 0.5] [--seed 0]
 
+Two ablations the module does not offer (docs/linklearn.md), applied to this run's objects only:
+``--idf-input relative`` feeds the idf factor ``idf / log N`` (the corpus's largest idf) instead of
+``idf``; ``--title-examples with-cloze|only`` adds, beside (or instead of) each epoch's inverse-cloze
+examples, as many known-item ones: the title of a training article as the query, the article as l+,
+other articles of its dump as l-.
+
 A plain loop over the same datamodule, module, examples and loss as ``train.py model=linklearn
 data=wikipedia`` (Adam, one pass of fresh examples per epoch), without the checkpoint rule: it shows
 what each epoch would give on validation and on collections it never trains on, so that a training
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -43,7 +50,33 @@ def validation_maps(model: LinkLearnModule, *, corrected: bool = True) -> dict[s
     return out
 
 
-def main() -> None:
+def relative_idf_corrections(term_weight, corpus: dict[str, torch.Tensor]):
+    """``TermWeight.log_corrections`` with the idf factor reading ``idf / log N`` (``--idf-input relative``)."""
+    scale = corpus["idf"].max().clamp_min(1e-6)
+    return (
+        term_weight.tf_mlp.on_values(torch.log1p(corpus["tf_values"])),
+        term_weight.idf_mlp.on_values(corpus["idf_values"] / scale),
+        term_weight.len_mlp.on_values(torch.log1p(corpus["length_values"])),
+    )
+
+
+def add_title_examples(examples, mode: str) -> None:
+    """Make ``examples.cloze_examples`` return known-item title examples ``(title row of d, d, d,
+    other articles of d's dump...)`` beside its inverse-cloze ones (``with-cloze``) or instead (``only``)."""
+    cloze_examples = examples.cloze_examples
+
+    def with_titles(generator: torch.Generator) -> torch.Tensor:
+        sentences = cloze_examples(generator)
+        anchors = examples.cloze_anchors.repeat(examples.cloze)
+        negatives = examples.uniform_negatives(anchors, examples.negatives, generator)
+        title_row = VALIDATION_KINDS["title"] * examples.n_docs + anchors
+        titles = torch.cat([title_row.unsqueeze(1), anchors.unsqueeze(1), anchors.unsqueeze(1), negatives], 1)
+        return titles if mode == "only" else torch.cat([sentences, titles])
+
+    examples.cloze_examples = with_titles
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dump", action="append", default=[])
     parser.add_argument("--collection", type=Path, action="append", default=[])
@@ -57,7 +90,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-links", action="store_true", help="inverse-cloze examples only (an ablation)")
     parser.add_argument("--freeze", default="", help="factors kept at 1, e.g. idf or tf,len")
-    args = parser.parse_args()
+    parser.add_argument("--idf-input", choices=["raw", "relative"], default="raw", help="relative: idf / log N")
+    parser.add_argument(
+        "--title-examples", choices=["off", "with-cloze", "only"], default="off", help="needs --cloze N > 0"
+    )
+    args = parser.parse_args(argv)
+    if args.title_examples != "off" and not args.cloze:
+        parser.error("--title-examples needs --cloze N > 0 (N title examples per article and epoch)")
     torch.manual_seed(args.seed)
     datamodule = WikipediaDataModule(
         args.dump,
@@ -68,6 +107,8 @@ def main() -> None:
     )
     datamodule.setup()
     model = LinkLearnModule(**datamodule.model_inputs(), margin=args.margin, regularization=args.regularization)
+    if args.idf_input == "relative":
+        model.term_weight.log_corrections = types.MethodType(relative_idf_corrections, model.term_weight)
     for factor in filter(None, args.freeze.split(",")):
         getattr(model.term_weight, f"{factor}_mlp").requires_grad_(False)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)
@@ -76,6 +117,8 @@ def main() -> None:
     examples = datamodule.train_dataloader()
     if args.no_links:
         examples.anchors = examples.anchors[:0]
+    if args.title_examples != "off":
+        add_title_examples(examples, args.title_examples)
     names = [c.name for c in args.collection]
     print(f"# {datamodule.statistics['train_anchors']} link anchors, {len(examples.cloze_anchors)} cloze anchors")
     print("| epoch | " + " | ".join(f"val {k}" for k in VALIDATION_KINDS) + " | " + " | ".join(names) + " | mean |")

@@ -43,6 +43,8 @@ def fold_scores(train: LetorData, test: LetorData, args: argparse.Namespace, bin
     """``{(row, passes): ndcg_cut_10}`` of one fold for one map setting (``bins`` None: no map)."""
     normalizer = FeatureNormalizer.fit("zscore", train.features)
     x_train, x_test = normalizer(torch.from_numpy(train.features)), normalizer(torch.from_numpy(test.features))
+    if args.clip:  # test documents held to the training range of every (normalized) feature
+        x_test = torch.minimum(torch.maximum(x_test, x_train.min(0).values), x_train.max(0).values)
     if bins is not None:
         mapper = QuantileThresholds(x_train.shape[1], bins=bins, scale=scale).fit(x_train)
         x_train, x_test = mapper.live_forward(x_train), mapper.live_forward(x_test)
@@ -86,6 +88,7 @@ def main() -> None:
     parser.add_argument("--committee-sizes", type=int, nargs="+", default=[20, 200])
     parser.add_argument("--runs", type=int, default=5, help="seeds per committee size (pooled)")
     parser.add_argument("--small", action="store_true", help="train on one fold, test on the others")
+    parser.add_argument("--clip", action="store_true", help="clip the test features to the training range")
     parser.add_argument(
         "--standardize", action="store_true", help="z-score the mapped columns (the networks' ThresholdInputs)"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.letor_peers import folds, held_out_validation, per_query_zscores, seed_spread, trec_metrics
+from bench.letor_peers import folds, held_out_validation, main, per_query_zscores, seed_spread, trec_metrics
 from datamodules.letor import LetorDataModule
 from datamodules.letor_io import read_letor
 from datamodules.synthetic import generate_letor
@@ -76,3 +76,10 @@ def test_seed_spread_pools_each_splits_variance_over_seeds():
     expected = np.sqrt(np.mean([np.var([0.70, 0.72], ddof=1), 0.0, np.var([0.60, 0.66], ddof=1)]))
     assert seed_spread(runs, 2) == pytest.approx(expected)
     assert seed_spread(runs, 1) is None  # one seed: no spread to measure
+
+
+@pytest.mark.parametrize("extra", [[], ["--folds", "5"], ["--no-val"]])
+def test_small_without_folds_and_no_val_is_refused(train_file, capsys, extra):
+    with pytest.raises(SystemExit):
+        main(["--train", train_file, "--test", train_file, "--small", *extra])
+    assert "--small needs --folds and --no-val" in capsys.readouterr().err

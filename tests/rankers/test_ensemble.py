@@ -187,3 +187,16 @@ def test_the_ranknet_listnet_config_trains_a_step(make_cfg):
     assert torch.isfinite(loss) and loss.item() > 0
     grads = [p.grad for p in ranker.scorer.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_a_failing_loss_in_a_list_is_named_by_its_position():
+    def broken(scores, labels, mask):
+        return scores.sum() * float("nan")
+
+    with pytest.raises(ValueError, match=r"model.loss\[1\]"):
+        RankerModule(
+            lambda n_features: MLPScorer(n_features, [8], members=2),
+            [ranknet_loss, broken],
+            torch.optim.Adam,
+            n_features=4,
+        )
