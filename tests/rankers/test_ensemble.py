@@ -7,6 +7,7 @@ import onnxruntime
 import pytest
 import torch
 from hydra.utils import instantiate
+from torch import nn
 
 from datamodules.normalization import FeatureNormalizer
 from losses import lambdarank_loss, listnet_loss, ranknet_loss
@@ -38,9 +39,9 @@ def test_each_member_trains_on_its_own_loss(loss):
     torch.testing.assert_close(scores, members.mean(-1))
     # member 1's gradient comes from member 1's loss alone
     stacked.backward()
-    first_layer = module.scorer.others[0][0].weight
+    first_layer = module.scorer.layers.first.weight  # members' rows stacked: member 1 is rows 8-15
     expected = torch.autograd.grad(separate[1] / 3, first_layer)[0]
-    torch.testing.assert_close(first_layer.grad, expected)
+    torch.testing.assert_close(first_layer.grad[8:16], expected[8:16])
 
 
 def test_the_exported_ensemble_is_the_members_mean(tmp_path):
@@ -58,12 +59,13 @@ def test_the_exported_ensemble_is_the_members_mean(tmp_path):
 def test_members_start_apart_and_one_member_is_the_plain_scorer(make_cfg):
     torch.manual_seed(2)
     ensemble = MLPScorer(4, [8], members=2)
-    assert not torch.equal(ensemble.layers[0].weight, ensemble.others[0][0].weight)
+    first = ensemble.layers.first.weight
+    assert not torch.equal(first[:8], first[8:])
     torch.manual_seed(2)
     single = MLPScorer(4, [8])
-    torch.testing.assert_close(single(batch()[0]), ensemble.layers(batch()[0]).squeeze(-1))
+    torch.testing.assert_close(single(batch()[0]), ensemble.member_scores(batch()[0])[..., 0])
     model = instantiate(make_cfg("model.scorer.members=3").model, n_features=8)
-    assert len(model.scorer.others) == 2
+    assert model.scorer.n_members == 3
 
 
 @pytest.mark.parametrize(("model", "members"), [("ranknet", 5), ("listnet", 5), ("lambdarank", 1)])
@@ -71,7 +73,7 @@ def test_cross_validated_ensemble_defaults(make_cfg, model, members):
     # ranknet and listnet gained from a five-seed ensemble in 5-fold CV on letor_a, lambdarank did not
     # (docs/losses.md); the recommended configuration relies on this default
     ranker = instantiate(make_cfg(f"model={model}", tiny=False).model, n_features=8)
-    assert 1 + len(ranker.scorer.others) == members
+    assert ranker.scorer.n_members == members
 
 
 def explicit_list_zscore(members: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -100,8 +102,9 @@ def test_mixed_losses_train_member_k_on_loss_k_mod_m():
     torch.testing.assert_close(loss, torch.stack(separate).mean())
     torch.testing.assert_close(scores[mask], explicit_list_zscore(members.detach(), mask)[mask], rtol=1e-5, atol=1e-5)
     loss.backward()
-    second = module.scorer.others[0][0].weight  # member 1: ListNet
-    torch.testing.assert_close(second.grad, torch.autograd.grad(separate[1] / 4, second)[0])
+    first_layer = module.scorer.layers.first.weight  # member 1 (ListNet) is rows 8-15
+    expected = torch.autograd.grad(separate[1] / 4, first_layer)[0]
+    torch.testing.assert_close(first_layer.grad[8:16], expected[8:16])
     with pytest.raises(ValueError, match="multiple of 2 members"):
         RankerModule(
             lambda n_features: MLPScorer(n_features, [8], members=3),
@@ -137,7 +140,7 @@ def test_list_zscore_ignores_padding_and_exports_per_query(tmp_path):
 def test_ranknet_listnet_config_alternates_its_two_losses(make_cfg):
     ranker = instantiate(make_cfg("model=ranknet_listnet", tiny=False).model, n_features=8)
     assert [loss.func for loss in ranker.losses] == [ranknet_loss, listnet_loss]
-    assert 1 + len(ranker.scorer.others) == 10 and ranker.scorer.standardize_members
+    assert ranker.scorer.n_members == 10 and ranker.scorer.standardize_members
 
 
 def test_building_a_ranker_draws_no_random_numbers_beyond_its_scorer():
@@ -153,7 +156,7 @@ def test_building_a_ranker_draws_no_random_numbers_beyond_its_scorer():
         n_features=4,
     )
     torch.testing.assert_close(torch.rand(3), after_scorer)
-    torch.testing.assert_close(module.scorer.layers[0].weight, scorer.layers[0].weight)
+    torch.testing.assert_close(module.scorer.layers.first.weight, scorer.layers.first.weight)
 
 
 def test_one_member_list_zscore_scores_alike_in_the_framework_and_the_export(tmp_path):
@@ -200,3 +203,60 @@ def test_a_failing_loss_in_a_list_is_named_by_its_position():
             torch.optim.Adam,
             n_features=4,
         )
+
+
+def separate_networks(n_features: int, hidden: list[int], members: int, norm: bool) -> list[nn.Sequential]:
+    """The ensemble as K separate networks built one after the other (what MLPScorer used to hold)."""
+    networks = []
+    for _ in range(members):
+        layers: list[nn.Module] = []
+        width = n_features
+        for size in hidden:
+            layers += [nn.Linear(width, size), *([nn.LayerNorm(size)] if norm else []), nn.ReLU()]
+            width = size
+        networks.append(nn.Sequential(*layers, nn.Linear(width, 1)))
+    return networks
+
+
+@pytest.mark.parametrize("hidden", [[8, 4], [8], []])
+@pytest.mark.parametrize("norm", [False, True])
+def test_stacked_members_are_the_separate_networks(hidden, norm):
+    # same seed, same draws: the stacked ensemble starts as the K networks and computes what they do
+    torch.manual_seed(7)
+    networks = separate_networks(5, hidden, 3, norm)
+    torch.manual_seed(7)
+    scorer = MLPScorer(5, hidden, members=3, norm="layer" if norm else "none")
+    features = torch.randn(2, 6, 5)
+    labels = torch.randint(0, 3, (2, 6)).float()
+    expected = torch.cat([network(features) for network in networks], -1)
+    members = scorer.member_scores(features)
+    torch.testing.assert_close(members, expected)
+    # and learns as they do: each member's gradient is its network's
+    losses = [ranknet_loss(members[..., k], labels) for k in range(3)]
+    sum(losses).backward()
+    sum(ranknet_loss(expected[..., k], labels) for k in range(3)).backward()
+    rows = hidden[0] if hidden else 1
+    for k, network in enumerate(networks):
+        own = slice(k * rows, (k + 1) * rows)
+        torch.testing.assert_close(scorer.layers.first.weight.grad[own], network[0].weight.grad)
+        torch.testing.assert_close(scorer.layers.first.bias.grad[own], network[0].bias.grad)
+        if len(hidden) > 1:
+            last = scorer.layers.body[-1]
+            torch.testing.assert_close(last.weight.grad[k], network[-1].weight.grad.T)
+            torch.testing.assert_close(last.bias.grad[k], network[-1].bias.grad)
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_an_ensemble_checkpoint_of_separate_networks_still_loads(norm):
+    # checkpoints written when the members were layers.* and others.{m}.*: no trained ensemble is lost
+    networks = separate_networks(5, [8, 4], 3, norm)
+    state = {}
+    for k, network in enumerate(networks):
+        for name, value in network.state_dict().items():
+            state[("layers." if k == 0 else f"others.{k - 1}.") + name] = value
+    scorer = MLPScorer(5, [8, 4], members=3, norm="layer" if norm else "none", dropout=0.1).eval()
+    scorer.load_state_dict(state)  # strict: every key placed
+    features = torch.randn(4, 5)
+    with torch.no_grad():
+        expected = torch.cat([network(features) for network in networks], -1)
+        torch.testing.assert_close(scorer.member_scores(features), expected)
