@@ -13,11 +13,12 @@
 #   harrington  python train.py experiment=harrington2003 harrington.device=cuda (the whole Table 1)
 #   training    bench/train_throughput.py --device cuda: one MSLR-WEB30K-sized epoch
 #   losses      bench/losses.py --device cuda: LambdaRank's Triton kernel vs the tensor path and the reference
+#   ensemble    bench/ensemble_scorer.py --device cuda: stacked ensemble members vs a loop over K networks
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 OUTFILE="${1:-${OUT:-.}/gpu_figures.md}"
-STEPS="${STEPS:-build tests perceptron table1 harrington training losses}"
+STEPS="${STEPS:-build tests perceptron table1 harrington training losses ensemble}"
 LOGDIR="$(dirname "$OUTFILE")/gpu_logs"
 mkdir -p "$LOGDIR"
 export PYTHONUNBUFFERED=1
@@ -61,6 +62,7 @@ step table1 120 "$TABLE" python bench/perceptron.py --device cuda --runs 60 --di
 step harrington 150 "$TABLE" python train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
 step training 330 "$TABLE" python bench/train_throughput.py --device cuda
 step losses 150 "$TABLE" python bench/losses.py --device cuda --shapes 64x128 16x512 4x4096 --losses ranknet "lambdarank (all pairs)" lambdarank@10 "lambdaloss ndcg_loss2pp"
+step ensemble 90 "$TABLE" python bench/ensemble_scorer.py --device cuda
 
 echo >> "$OUTFILE"
 echo "Full logs: $LOGDIR" >> "$OUTFILE"
