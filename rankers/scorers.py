@@ -96,6 +96,7 @@ class MLPScorer(nn.Module):
             self.layers: nn.Module = _network(n_features, hidden, norm, activation, dropout)
         else:
             self.layers = StackedMLP(n_features, hidden, members, norm=norm, activation=activation, dropout=dropout)
+        # the private form: the public register_load_state_dict_pre_hook is newer than torch 2.2
         self._register_load_state_dict_pre_hook(_stack_looped_members, with_module=True)
 
     @property
