@@ -15,7 +15,7 @@ from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
-from rankers.scorers import combined_scores, member_count, member_scores
+from rankers.scorers import combined_scores, holds_looped_members, member_count, member_scores
 
 
 def check_loss(loss: Callable[..., Tensor]) -> None:
@@ -177,6 +177,16 @@ class RankerModule(pl.LightningModule):
             count = own.shape[-1]
             loss = loss + loss_fn(stacked, labels.repeat(count, 1), mask.repeat(count, 1)) * (count / k)
         return loss
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        trainer = getattr(self, "_trainer", None)
+        resuming = trainer is not None and trainer.state.fn == "fit"
+        if resuming and holds_looped_members(checkpoint.get("state_dict", {}), "scorer."):
+            raise ValueError(
+                "this checkpoint holds an ensemble written before the members were stacked (scorer.others.*): "
+                "its weights load for validate, test and export, but its optimizer state does not fit the "
+                "stacked parameters, so a fit cannot resume from it; start a new fit instead"
+            )
 
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model

@@ -174,11 +174,12 @@ class StackedMLP(nn.Module):
     The first layer of every member reads the same features, so it is one ``nn.Linear(F, K * h)``
     (one matmul that reads the input once, the widest layer when the inputs are the threshold map);
     the later layers are batched matmuls over the member axis (``[K, N, h]``). Against a loop over
-    K separate networks: 1.2-1.3x faster per training step on 2 CPU cores at the threshold map's
-    width (``bench/ensemble_scorer.py``, docs/benchmarks.md), and K times fewer kernel launches on a
-    GPU (unmeasured). Each member is initialized
-    exactly as the loop's K ``nn.Sequential`` would be from the same seed (the same random draws in
-    the same order), so the two are the same model.
+    K separate networks: 1.16-1.34x faster per training step on 2 CPU cores at the threshold map's
+    width (1.03-1.23x at 300 inputs; ``bench/ensemble_scorer.py``, docs/benchmarks.md), and K times
+    fewer kernel launches on a GPU (unmeasured). Each member is initialized exactly as the loop's K
+    ``nn.Sequential`` would be from the same seed (the same random draws in the same order), so the two
+    start as the same model and compute the same scores and gradients; dropout masks are drawn for
+    all members at once, so a run with dropout does not repeat an old run's draws.
     """
 
     def __init__(
@@ -193,6 +194,7 @@ class StackedMLP(nn.Module):
     ) -> None:
         super().__init__()
         self.n_members = members
+        self.first_width = hidden[0] if hidden else 1
         # skip_init: no random draws here, _initialize_as_separate_networks draws them member by member
         self.first = nn.utils.skip_init(nn.Linear, n_features, members * (hidden[0] if hidden else 1))
         body: list[nn.Module] = []
@@ -230,7 +232,8 @@ class StackedMLP(nn.Module):
     def forward(self, features: Tensor) -> Tensor:
         lead = features.shape[:-1]
         flat = features.reshape(-1, features.shape[-1])
-        hidden = self.first(flat).view(flat.shape[0], self.n_members, -1).transpose(0, 1)  # [K, N, h]
+        # the width is named, not inferred: a list of zero documents has nothing to infer it from
+        hidden = self.first(flat).view(flat.shape[0], self.n_members, self.first_width).transpose(0, 1)  # [K, N, h]
         scores = self.body(hidden).squeeze(-1).transpose(0, 1)  # [N, K]
         shape = list(lead)  # no starred literal: TorchScript compiles this
         shape.append(self.n_members)
@@ -239,10 +242,13 @@ class StackedMLP(nn.Module):
 
 def _stack_looped_members(scorer: nn.Module, state_dict: dict, prefix: str, *args: object) -> None:
     """Load a checkpoint written when an ensemble was K separate ``nn.Sequential`` (``layers.*`` for
-    member 0, ``others.{m-1}.*`` for member m) into the stacked layout, so no trained ensemble is lost."""
-    looped = f"{prefix}others.0."
-    if not isinstance(scorer.layers, StackedMLP) or not any(key.startswith(looped) for key in state_dict):
+    member 0, ``others.{m-1}.*`` for member m) into the stacked layout: its trained weights evaluate,
+    test, export and start new fits as before. (Its optimizer state is in the old layout: a fit cannot
+    resume from it, which ``RankerModule.on_load_checkpoint`` says.)"""
+    if not isinstance(scorer.layers, StackedMLP) or not holds_looped_members(state_dict, prefix):
         return
+    if any(key.startswith(f"{prefix}layers.first.") for key in state_dict):
+        raise ValueError(f"{prefix}: a state dict with ensemble members in both the looped and the stacked layout")
     members = [_pop_member(state_dict, f"{prefix}layers.")]
     while any(key.startswith(f"{prefix}others.{len(members) - 1}.") for key in state_dict):
         members.append(_pop_member(state_dict, f"{prefix}others.{len(members) - 1}."))
@@ -264,6 +270,11 @@ def _stack_looped_members(scorer: nn.Module, state_dict: dict, prefix: str, *arg
     for position, name in enumerate(norm_names):
         state_dict[f"{name}.weight"] = torch.stack([member[position][0] for member in norms])
         state_dict[f"{name}.bias"] = torch.stack([member[position][1] for member in norms])
+
+
+def holds_looped_members(state_dict: dict, prefix: str = "") -> bool:
+    """Whether ``state_dict`` holds an ensemble scorer (under ``prefix``) in the looped layout."""
+    return any(key.startswith(f"{prefix}others.0.") for key in state_dict)
 
 
 def _pop_member(state_dict: dict, prefix: str) -> list[tuple[Tensor, Tensor]]:

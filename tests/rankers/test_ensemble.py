@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 import pytest
+import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
+from pytorch_lightning.trainer.states import TrainerFn
 from torch import nn
 
 from datamodules.normalization import FeatureNormalizer
 from losses import lambdarank_loss, listnet_loss, ranknet_loss
 from rankers import RankerModule
 from rankers.export import export_scorer
-from rankers.scorers import MLPScorer
+from rankers.scorers import MLPScorer, StackedLayerNorm, StackedLinear
 
 
 def batch(seed: int = 0):
@@ -218,7 +220,7 @@ def separate_networks(n_features: int, hidden: list[int], members: int, norm: bo
     return networks
 
 
-@pytest.mark.parametrize("hidden", [[8, 4], [8], []])
+@pytest.mark.parametrize("hidden", [[8, 4, 3], [8], []])
 @pytest.mark.parametrize("norm", [False, True])
 def test_stacked_members_are_the_separate_networks(hidden, norm):
     # same seed, same draws: the stacked ensemble starts as the K networks and computes what they do
@@ -236,14 +238,44 @@ def test_stacked_members_are_the_separate_networks(hidden, norm):
     sum(losses).backward()
     sum(ranknet_loss(expected[..., k], labels) for k in range(3)).backward()
     rows = hidden[0] if hidden else 1
+    stacked_linears = [layer for layer in scorer.layers.body if isinstance(layer, StackedLinear)]
+    stacked_norms = [layer for layer in scorer.layers.body if isinstance(layer, StackedLayerNorm)]
     for k, network in enumerate(networks):
+        linears = [layer for layer in network if isinstance(layer, nn.Linear)]
+        norms = [layer for layer in network if isinstance(layer, nn.LayerNorm)]
         own = slice(k * rows, (k + 1) * rows)
-        torch.testing.assert_close(scorer.layers.first.weight.grad[own], network[0].weight.grad)
-        torch.testing.assert_close(scorer.layers.first.bias.grad[own], network[0].bias.grad)
-        if len(hidden) > 1:
-            last = scorer.layers.body[-1]
-            torch.testing.assert_close(last.weight.grad[k], network[-1].weight.grad.T)
-            torch.testing.assert_close(last.bias.grad[k], network[-1].bias.grad)
+        torch.testing.assert_close(scorer.layers.first.weight.grad[own], linears[0].weight.grad)
+        torch.testing.assert_close(scorer.layers.first.bias.grad[own], linears[0].bias.grad)
+        for stacked, linear in zip(stacked_linears, linears[1:], strict=True):
+            torch.testing.assert_close(stacked.weight.grad[k], linear.weight.grad.T)
+            torch.testing.assert_close(stacked.bias.grad[k], linear.bias.grad)
+        for stacked, norm_layer in zip(stacked_norms, norms, strict=True):
+            torch.testing.assert_close(stacked.weight.grad[k], norm_layer.weight.grad)
+            torch.testing.assert_close(stacked.bias.grad[k], norm_layer.bias.grad)
+
+
+def test_an_ensemble_scores_a_list_of_no_documents(tmp_path):
+    scorer = MLPScorer(4, [8, 4], members=3).eval()
+    scripted = torch.jit.script(scorer)
+    assert scorer(torch.zeros(0, 4)).shape == (0,) and scorer(torch.zeros(2, 0, 4)).shape == (2, 0)
+    assert scripted(torch.zeros(0, 4)).shape == (0,)
+
+
+def test_a_fit_cannot_resume_from_an_ensemble_checkpoint_of_separate_networks():
+    # its weights load (the hook above), its optimizer state would not: say so instead of a size mismatch
+    module = RankerModule(
+        lambda n_features: MLPScorer(n_features, [8], members=2), ranknet_loss, torch.optim.Adam, n_features=4
+    )
+    looped = {"state_dict": {"scorer.others.0.0.weight": torch.zeros(8, 4)}}
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    module.trainer = trainer
+    trainer.state.fn = TrainerFn.FITTING
+    with pytest.raises(ValueError, match="cannot resume"):
+        module.on_load_checkpoint(looped)
+    trainer.state.fn = TrainerFn.TESTING
+    module.on_load_checkpoint(looped)  # evaluation may load it
+    trainer.state.fn = TrainerFn.FITTING
+    module.on_load_checkpoint({"state_dict": {"scorer.layers.first.weight": torch.zeros(16, 4)}})
 
 
 @pytest.mark.parametrize("norm", [False, True])
