@@ -122,6 +122,12 @@ def delta_ndcg_weight(block: PairBlock) -> Tensor:
     return gap * (d[block.rows][:, None] - d[block.cols][None, :]).abs() * block.inverse_ideal[:, None, None]
 
 
+def unit_weight(block: PairBlock) -> Tensor:
+    """``w_ij = 1``: every pair counts alike, taken in the ranking by score, so that ``k`` can cut
+    the pairs to those with a document in the top ``k`` (the margin cost's top-k bound)."""
+    return block.gains_col.new_ones(())
+
+
 def ndcg_loss2_weight(block: PairBlock) -> Tensor:
     """LambdaLoss NDCG-Loss2 (Wang et al. 2018): ``delta_ij |G_i - G_j|``, ``[B, r, L]``.
 

@@ -186,6 +186,42 @@ def test_neural_ndcg_matches_slow_reference(tau, k, iterations):
     torch.testing.assert_close(value, expected)
 
 
+def test_neuralsort_spread_is_the_pairwise_sum_with_ties_and_padding():
+    from losses.neuralndcg import absolute_spread
+
+    scores, _, mask = batch(7)
+    scores[0, 3] = scores[0, 1]  # a tie
+    scores = scores.masked_fill(~mask, 1e9)  # padding holds anything
+    pair = mask[:, :, None] & mask[:, None, :]
+    expected = ((scores[:, :, None] - scores[:, None, :]).abs() * pair).sum(-1) * mask
+    torch.testing.assert_close(absolute_spread(scores, mask), expected)
+
+
+class LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the largest tensor any op creates (forward and backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(tensor, torch.Tensor):
+                self.numel = max(self.numel, tensor.numel())
+        return out
+
+
+def test_neural_ndcg_at_k_without_sinkhorn_never_builds_the_list_by_list_matrix():
+    # the docstring's O(B * k * L): no op makes a [B, L, L] tensor, forward or backward
+    b, length, k = 2, 256, 4
+    scores = torch.randn(b, length, requires_grad=True)
+    labels = torch.randint(0, 3, (b, length)).float()
+    with LargestTensor() as largest:
+        neural_ndcg_loss(scores, labels, k=k, sinkhorn_iterations=0).backward()
+    assert largest.numel <= 4 * b * k * length < b * length * length
+
+
 def test_neural_ndcg_tends_to_one_minus_ndcg_at_low_temperature():
     scores, labels, mask = batch(5)
     for k in (None, 3):

@@ -227,6 +227,35 @@ def test_margin_lambdas_are_minus_gradient_of_cost(delta):
     torch.testing.assert_close(-grad, margin_lambdas(scores, labels, mask, delta=delta))
 
 
+def slow_margin_cost(scores, labels, mask, *, delta, k):
+    """Per-query margin cost by a loop over pairs; with k only pairs with a document ranked in the top k."""
+    from losses.pairwise import margin_pair_cost
+
+    out = []
+    for b in range(scores.shape[0]):
+        idx = [i for i in range(scores.shape[1]) if mask[b, i]]
+        rank = {d: r for r, d in enumerate(sorted(idx, key=lambda i: (-float(scores[b, i]), i)))}
+        cost = 0.0
+        for i in idx:
+            for j in idx:
+                if labels[b, i] > labels[b, j] and (k is None or min(rank[i], rank[j]) < k):
+                    cost += float(margin_pair_cost(scores[b, i] - scores[b, j], delta))
+        out.append(cost)
+    return torch.tensor(out, dtype=scores.dtype)
+
+
+@pytest.mark.parametrize("k", [None, 1, 3, 7, 50])
+def test_margin_cost_top_k_against_a_loop(k):
+    scores, labels, mask = batch(10)
+    expected = slow_margin_cost(scores, labels, mask, delta=0.7, k=k)
+    torch.testing.assert_close(margin_cost(scores, labels, mask, delta=0.7, k=k, reduction="none"), expected)
+    scores.requires_grad_(True)
+    (grad,) = torch.autograd.grad(margin_cost(scores, labels, mask, delta=0.7, k=k), scores)
+    torch.testing.assert_close(-grad, margin_lambdas(scores.detach(), labels, mask, delta=0.7, k=k))
+    if k == 1:  # the cut has teeth: fewer pairs than the full cost
+        assert not torch.allclose(expected, slow_margin_cost(scores.detach(), labels, mask, delta=0.7, k=None))
+
+
 def test_margin_two_documents_follow_eqs_4_to_9():
     labels = torch.tensor([[1.0, 0.0]])
     delta = 0.8
