@@ -194,6 +194,23 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         self.log("train/mistake_rate", mistakes.float().mean() / pairs_count, on_step=True, prog_bar=True)
         self.log("train/pairs", float(len(pairs)), on_step=True)
         self.log("train/hypotheses", self.learner.hypotheses.float().mean(), on_step=True)
+        self._warn_if_voting_is_truncated()
+
+    def _warn_if_voting_is_truncated(self) -> None:
+        """The voted perceptron votes with every hypothesis only while they fit ``max_hypotheses``:
+        beyond, the committee keeps the longest-surviving ones. Said once, not done silently."""
+        capacity = self.hparams.max_hypotheses
+        if self.hparams.variant != "voted" or getattr(self, "_truncation_announced", False):
+            return
+        made = int(self.learner.hypotheses.max()) + int(self.hparams.include_current)
+        if made > capacity:
+            self._truncation_announced = True
+            warnings.warn(
+                f"the voted perceptron made {made} hypotheses, more than model.max_hypotheses={capacity}: it "
+                f"votes with the {capacity} that survived longest (a committee of that size); raise "
+                f"model.max_hypotheses to vote with all (memory: {capacity} x {self.learner.d} floats per run now)",
+                stacklevel=2,
+            )
 
     @staticmethod
     def _pair_stream(batches: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:

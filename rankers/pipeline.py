@@ -29,6 +29,23 @@ RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
 OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
 
 
+def first_given(*values: Any) -> Any:
+    """The first value that is not null (conf/model/pairwise_perceptron.yaml: `variant=` or the model's own)."""
+    return next((value for value in values if value is not None), None)
+
+
+OmegaConf.register_new_resolver("first_given", first_given, replace=True)
+
+
+def _refuse_unused_variant(cfg: DictConfig) -> None:
+    """``variant=...`` picks a pairwise perceptron variant; under any other model it would do nothing."""
+    if cfg.get("variant") is not None and "variant" not in cfg.model:
+        raise ValueError(
+            f"variant={cfg.variant} applies to model=pairwise_perceptron or model=committee_perceptron, "
+            f"not to {cfg.model.get('_target_')}"
+        )
+
+
 def _instantiate_group(group: DictConfig | dict | None) -> list[Any]:
     return [instantiate(item) for item in (group or {}).values() if item is not None and "_target_" in item]
 
@@ -180,6 +197,7 @@ def _refuse_divergence(model: pl.LightningModule, results: dict[str, Any], out: 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
+    _refuse_unused_variant(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -103,11 +103,28 @@ def test_committee_trains_exports_and_the_export_reproduces_the_test_metrics(mak
 )
 def test_every_variant_trains_from_the_config(make_cfg, tmp_path, variant, feature_map):
     out = tmp_path / variant
-    overrides = ["model=pairwise_perceptron", f"model.variant={variant}", f"model.feature_map={feature_map}", *DATA]
+    # the spelling: model=pairwise_perceptron variant=...
+    overrides = ["model=pairwise_perceptron", f"variant={variant}", f"model.feature_map={feature_map}", *DATA]
     cfg = make_cfg(*overrides, out=out, tiny=False)
     results = train(cfg)
     assert results["test"]["ndcg@10"] > results["test_random_scores"]["ndcg@10"] + 0.05
     assert (out / "export" / "scorer.onnx").exists()
+
+
+def test_variant_at_the_top_level_is_the_models_and_refused_for_other_models(make_cfg):
+    assert make_cfg("model=pairwise_perceptron", tiny=False).model.variant == "plain"
+    assert make_cfg("model=pairwise_perceptron", "variant=averaged", tiny=False).model.variant == "averaged"
+    assert make_cfg("model=committee_perceptron", tiny=False).model.variant == "committee"
+    assert make_cfg("model=committee_perceptron", "variant=voted", tiny=False).model.variant == "voted"
+    assert make_cfg("model=pairwise_perceptron", "model.variant=pocket", tiny=False).model.variant == "pocket"
+    with pytest.raises(ValueError, match="variant=averaged applies to model=pairwise_perceptron"):
+        train(make_cfg("model=lambdarank", "variant=averaged"))
+
+
+def test_a_voted_perceptron_beyond_its_capacity_says_so(make_cfg, tmp_path):
+    overrides = ["model=pairwise_perceptron", "variant=voted", "model.max_hypotheses=3", *DATA]
+    with pytest.warns(UserWarning, match="more than model.max_hypotheses=3"):
+        train(make_cfg(*overrides, out=tmp_path / "voted", tiny=False))
 
 
 def test_the_best_pass_is_kept_and_restored(make_cfg, tmp_path):
