@@ -13,7 +13,9 @@ data.test=...`` runs them (their defaults plus any ``--override``) and scored fr
 TorchScript scorer on the test file, as ``python -m rankers.score`` does. The peers, LightGBM's
 ``LGBMRanker(objective="lambdarank")`` and XGBoost's ``XGBRanker(objective="rank:ndcg")``, run with
 their library defaults and early stopping on the validation file (without one, on the same
-held-out share of training queries our datamodule uses). Metrics are trec_eval's through
+held-out share of training queries our datamodule uses); ``lightgbm-defaults`` and
+``xgboost-defaults`` run the defaults alone on every training query, no early stopping (how the
+issues' tables ran them). Metrics are trec_eval's through
 pytrec_eval (``ndcg_cut_10`` uses linear gain, as trec_eval does), averaged over the test queries;
 "fit s" is the fit alone (our runs: Lightning's fit, validation included).
 
@@ -29,6 +31,7 @@ Needs ``pip install -e ".[bench]"`` (lightgbm, xgboost) and pytrec_eval (dev ext
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import statistics
@@ -47,7 +50,7 @@ from bench._timing import machine
 from datamodules.letor_io import LetorData, read_letor, write_letor
 
 # every gradient-trained model of ours (conf/model/<name>.yaml), the default of --models
-GRADIENT_MODELS = ["ranknet", "lambdarank", "listnet", "listmle", "approxndcg", "neuralndcg", "lambdaloss"]
+GRADIENT_MODELS = ["ranknet_listnet", "ranknet", "lambdarank", "listnet", "listmle", "approxndcg", "neuralndcg", "lambdaloss"]
 MEASURES = {"ndcg_cut_10": "ndcg@10", "ndcg_cut_5": "ndcg@5", "map": "map", "P_10": "P@10"}
 Split = dict[str, LetorData]
 
@@ -88,41 +91,41 @@ def _group_sizes(data: LetorData) -> np.ndarray:
     return np.diff(data.offsets)
 
 
-def fit_lightgbm(splits: Split, seed: int):
+def fit_lightgbm(splits: Split, seed: int, *, early_stopping: bool = True):
     import lightgbm as lgb
 
     ranker = lgb.LGBMRanker(objective="lambdarank", random_state=seed, verbose=-1)
+    stopping = {}
+    if early_stopping:
+        stopping = {
+            "eval_set": [(splits["val"].features, splits["val"].labels)],
+            "eval_group": [_group_sizes(splits["val"])],
+            "eval_at": [10],
+            "callbacks": [lgb.early_stopping(50, verbose=False)],
+        }
     start = time.perf_counter()
-    ranker.fit(
-        splits["train"].features,
-        splits["train"].labels,
-        group=_group_sizes(splits["train"]),
-        eval_set=[(splits["val"].features, splits["val"].labels)],
-        eval_group=[_group_sizes(splits["val"])],
-        eval_at=[10],
-        callbacks=[lgb.early_stopping(50, verbose=False)],
-    )
+    ranker.fit(splits["train"].features, splits["train"].labels, group=_group_sizes(splits["train"]), **stopping)
     seconds = time.perf_counter() - start
     return ranker.predict(splits["test"].features), seconds
 
 
-def fit_xgboost(splits: Split, seed: int):
+def fit_xgboost(splits: Split, seed: int, *, early_stopping: bool = True):
     import xgboost as xgb
 
     def group_ids(data: LetorData) -> np.ndarray:  # sorted query ids, as XGBoost requires
         return np.repeat(np.arange(data.num_queries), _group_sizes(data))
 
-    ranker = xgb.XGBRanker(
-        objective="rank:ndcg", random_state=seed, early_stopping_rounds=50, eval_metric="ndcg@10", n_jobs=0
-    )
+    stopping = {"early_stopping_rounds": 50, "eval_metric": "ndcg@10"} if early_stopping else {}
+    ranker = xgb.XGBRanker(objective="rank:ndcg", random_state=seed, n_jobs=0, **stopping)
+    evaluation = {}
+    if early_stopping:
+        evaluation = {
+            "eval_set": [(splits["val"].features, splits["val"].labels)],
+            "eval_qid": [group_ids(splits["val"])],
+        }
     start = time.perf_counter()
     ranker.fit(
-        splits["train"].features,
-        splits["train"].labels,
-        qid=group_ids(splits["train"]),
-        eval_set=[(splits["val"].features, splits["val"].labels)],
-        eval_qid=[group_ids(splits["val"])],
-        verbose=False,
+        splits["train"].features, splits["train"].labels, qid=group_ids(splits["train"]), verbose=False, **evaluation
     )
     seconds = time.perf_counter() - start
     return ranker.predict(splits["test"].features), seconds
@@ -150,7 +153,12 @@ def fit_ranklib(splits: Split, seed: int, *, jar: str, ranker: int, options: lis
 PEERS: dict[str, Callable[[Split, int], tuple[np.ndarray, float]]] = {
     "lightgbm": fit_lightgbm,
     "xgboost": fit_xgboost,
+    # the libraries' defaults on every training query, no early stopping (how the issues' tables ran them)
+    "lightgbm-defaults": functools.partial(fit_lightgbm, early_stopping=False),
+    "xgboost-defaults": functools.partial(fit_xgboost, early_stopping=False),
 }
+# peers that train on the whole training split (no validation split carved out of it)
+WHOLE_TRAINING_SPLIT = {"lightgbm-defaults", "xgboost-defaults"}
 # RankLib's rankers as the issue tracker ran them (its defaults; RankBoost: 300 rounds, 10 thresholds)
 RANKLIB = {
     "ranklib-rankboost": (2, ["-round", "300", "-tc", "10"]),
@@ -205,7 +213,7 @@ def evaluate_setting(files: dict[str, str], args: argparse.Namespace, workdir: P
                 ranker, options = RANKLIB[name]
                 scores, seconds = fit_ranklib(splits, seed, jar=args.ranklib_jar, ranker=ranker, options=options)
             else:
-                scores, seconds = PEERS[name](peer_splits, seed)
+                scores, seconds = PEERS[name](splits if name in WHOLE_TRAINING_SPLIT else peer_splits, seed)
             rows.setdefault(name, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
         fitted = {}
         for model in args.models:

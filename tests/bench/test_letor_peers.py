@@ -56,6 +56,31 @@ def test_peers_hold_out_the_queries_our_datamodule_holds_out(train_file):
         assert np.array_equal(np.unique(ours.splits[name].qids), np.unique(split[name].qids)), name
 
 
+def test_the_defaults_peers_train_on_every_training_query(train_file, tmp_path, monkeypatch):
+    # lightgbm/xgboost early-stop on a held-out tenth; the -defaults rows (the issues' settings) do not
+    import argparse
+
+    import bench.letor_peers as peers
+
+    seen = {}
+
+    def recorder(name):
+        def fit(splits, seed):
+            seen[name] = (splits["train"].num_queries, "val" in splits)
+            return np.zeros(len(splits["test"].labels)), 0.0
+
+        return fit
+
+    for name in ("lightgbm", "lightgbm-defaults", "xgboost", "xgboost-defaults"):
+        monkeypatch.setitem(peers.PEERS, name, recorder(name))
+    files = {"train": train_file, "test": train_file}
+    args = argparse.Namespace(seeds=[0], peers=list(peers.PEERS), models=[], blends=[], override=[])
+    peers.evaluate_setting(files, args, tmp_path)
+    everything = read_letor(train_file).num_queries
+    assert seen["lightgbm-defaults"] == seen["xgboost-defaults"] == (everything, False)
+    assert seen["lightgbm"] == seen["xgboost"] == (everything - round(0.1 * everything), True)
+
+
 def test_blend_scores_are_per_query_zscores_and_trec_metrics_see_the_order(train_file):
     data = read_letor(train_file)
     scores = np.random.default_rng(0).normal(size=len(data.labels)) * 100 + 7
