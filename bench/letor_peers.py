@@ -50,7 +50,16 @@ from bench._timing import machine
 from datamodules.letor_io import LetorData, read_letor, write_letor
 
 # every gradient-trained model of ours (conf/model/<name>.yaml), the default of --models
-GRADIENT_MODELS = ["ranknet_listnet", "ranknet", "lambdarank", "listnet", "listmle", "approxndcg", "neuralndcg", "lambdaloss"]
+GRADIENT_MODELS = [
+    "ranknet_listnet",
+    "ranknet",
+    "lambdarank",
+    "listnet",
+    "listmle",
+    "approxndcg",
+    "neuralndcg",
+    "lambdaloss",
+]
 MEASURES = {"ndcg_cut_10": "ndcg@10", "ndcg_cut_5": "ndcg@5", "map": "map", "P_10": "P@10"}
 Split = dict[str, LetorData]
 

@@ -1,8 +1,8 @@
 """The listwise losses and LambdaLoss against slow references written here, and against allRank.
 
 allRank parity runs only where allRank's loss files are importable: install them apart
-(``pip install --no-deps --target /work/peers/allrank allRank``, or set ``ALLRANK_SITE``); the tests
-skip cleanly otherwise (CI has no allRank). Only its loss files are loaded, with the two constants
+(``pip install --no-deps --target .peers/allrank allRank==1.4.3``, as README's test command and CI
+do; or set ``ALLRANK_SITE``); the tests skip cleanly otherwise. Only its loss files are loaded, with the two constants
 and the device helper they import stubbed, since allRank pins an old torch.
 """
 
@@ -254,9 +254,15 @@ def test_chunked_equals_unchunked(monkeypatch, loss):
 # ---------------------------------------------------------------- allRank parity (skips without it)
 
 
+ALLRANK_SITES = (Path(__file__).resolve().parents[2] / ".peers" / "allrank", Path("/work/peers/allrank"))
+
+
 def _allrank_site() -> Path | None:
-    site = Path(os.environ.get("ALLRANK_SITE", "/work/peers/allrank"))
-    return site if (site / "allrank" / "models" / "losses" / "lambdaLoss.py").exists() else None
+    given = os.environ.get("ALLRANK_SITE")
+    for site in [Path(given)] if given else ALLRANK_SITES:
+        if (site / "allrank" / "models" / "losses" / "lambdaLoss.py").exists():
+            return site
+    return None
 
 
 def _load(name: str, path: Path) -> types.ModuleType:
