@@ -224,3 +224,29 @@ def test_cloze_validation_ranks_each_article_without_its_lead_for_its_lead(make_
     start = weight_matrix(model.term_weight, model._attach(), task.rest_rows(task.val_docs[:5]), model.vocabulary_size)
     full = weight_matrix(model.term_weight, model._attach(), task.val_docs[:5], model.vocabulary_size)
     assert start.to_dense().count_nonzero() <= full.to_dense().count_nonzero()
+
+
+@pytest.mark.parametrize("kind", ["title", "lead", "document"])
+def test_validation_bm25_is_rank_bm25_over_the_dump(wiki, kind):
+    # val/map_bm25's scores: Okapi BM25 with the dump's statistics, as rank_bm25's BM25Okapi computes them
+    rank_bm25 = pytest.importorskip("rank_bm25")
+    datamodule = WikipediaDataModule(str(wiki[0]))
+    model = LinkLearnModule(**datamodule.model_inputs(), hidden=5)
+    task, corpus = model.task, model._attach()
+    offsets, terms, tfs = (corpus[name].tolist() for name in ("offsets", "term_ids", "tfs"))
+
+    def tokens(row: int) -> list[int]:
+        return [
+            t
+            for t, tf in zip(terms[offsets[row] : offsets[row + 1]], tfs[offsets[row] : offsets[row + 1]])
+            for _ in range(int(tf))
+        ]
+
+    reference = rank_bm25.BM25Okapi([tokens(d) for d in range(task.n_docs)], k1=1.2, b=0.75, epsilon=0.25)
+    queries = task.val_queries[:15]
+    code = {"document": 0, "title": 1, "lead": 2}[kind]
+    scores = model._validation_scores(queries, code, model="bm25")
+    val_docs = task.val_docs.tolist()
+    for q, row in zip(queries.tolist(), scores, strict=True):
+        expected = reference.get_scores(tokens(code * task.n_docs + q))[val_docs]
+        np.testing.assert_allclose(row.numpy(), expected, rtol=1e-4, atol=1e-4)
