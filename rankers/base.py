@@ -106,6 +106,11 @@ class RankerModule(pl.LightningModule):
             only when training on CPU, where reading is free. The epoch's mean loss is always shown.
         input_map: not used by the module: the LETOR datamodule's ``feature_map`` follows it (the
             map then arrives inside ``normalizer``).
+        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` (the training
+            queries held out for validation when no validation file is given) follows it.
+        epochs_without_validation: when the run has no validation split (no file and
+            ``val_fraction=0``), stop after this many epochs (None: ``trainer.max_epochs``); with a
+            validation split early stopping decides, as always.
 
     The training step never reads a value back from the device: the running loss is a tensor
     metric without torchmetrics' NaN check (a host sync per batch; a NaN loss still shows in the
@@ -129,6 +134,8 @@ class RankerModule(pl.LightningModule):
         compile_backend: str = "inductor",
         step_loss_in_progress_bar: bool | None = None,
         input_map: str = "none",
+        val_fraction: float | None = None,
+        epochs_without_validation: int | None = None,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only
@@ -187,6 +194,17 @@ class RankerModule(pl.LightningModule):
                 "its weights load for validate, test and export, but its optimizer state does not fit the "
                 "stacked parameters, so a fit cannot resume from it; start a new fit instead"
             )
+
+    def on_fit_start(self) -> None:
+        if self._without_validation():
+            PassLimit.check_passes(self, self.hparams.epochs_without_validation)
+
+    def _without_validation(self) -> bool:
+        return bool(self.hparams.get("epochs_without_validation")) and not self.trainer.limit_val_batches
+
+    def on_train_epoch_end(self) -> None:
+        if self._without_validation():
+            PassLimit.stop_after(self, self.hparams.epochs_without_validation)
 
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model

@@ -292,3 +292,19 @@ def test_an_ensemble_checkpoint_of_separate_networks_still_loads(norm):
     with torch.no_grad():
         expected = torch.cat([network(features) for network in networks], -1)
         torch.testing.assert_close(scorer.member_scores(features), expected)
+
+
+def test_ranknet_listnet_trains_every_query_for_four_epochs_without_validation(make_cfg, tmp_path):
+    from datamodules.synthetic import generate_letor
+    from rankers.pipeline import train
+
+    files = generate_letor(tmp_path / "data", n_queries={"train": 20, "val": 4, "test": 5}, num_features=5, mean_docs=6)
+    common = ["model=ranknet_listnet", "data=letor", f"data.train={files['train']}", f"data.test={files['test']}"]
+    common += ["model.scorer.hidden=[8]", "trainer.max_epochs=10", "callbacks.progress_bar.refresh_rate=0"]
+    without = make_cfg(*common, out=tmp_path / "without", tiny=False)
+    assert without.data.val_fraction == 0  # the model's setting reaches the datamodule
+    results = train(without)
+    assert results["epochs"] == 4 and results["val"] == {}
+    # with a validation file, early stopping (patience 6) decides: at least 7 of the 10 epochs
+    given = make_cfg(*common, f"data.val={files['val']}", out=tmp_path / "given", tiny=False)
+    assert train(given)["epochs"] >= 7
