@@ -196,6 +196,8 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         self.val_maps = nn.ModuleList([MeanMetric() for _ in self.validation_kinds])
         self.corpus: dict[str, Tensor] | None = None
         self.baselines: dict[str, float] | None = None  # val MAP of the start and of BM25, computed once
+        # the validation articles' indexes within one validation pass (_document_index); None: outside one
+        self._validation_index: dict[tuple[str, bool], Tensor] | None = None
 
     # -- data on the device ---------------------------------------------------------------------
     def _attach(self) -> dict[str, Tensor]:
@@ -275,14 +277,33 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         doc_rows = self.task.rest_rows(val_docs) if cloze else val_docs
         query_rows = (VALIDATION_KINDS["lead"] if cloze else kind) * n + queries
         if model == "bm25":
-            matrices = [self._bm25_matrix(doc_rows, query=False), self._bm25_matrix(query_rows, query=True)]
+            query_matrix = self._bm25_matrix(query_rows, query=True)
         else:
             corrected = model == "linklearn"
-            matrices = [
-                weight_matrix(self.term_weight, corpus, rows, self.vocabulary_size, corrected=corrected)
-                for rows in (doc_rows, query_rows)
-            ]
-        return rank(inverted_index(matrices[0]), matrices[1])
+            query_matrix = weight_matrix(
+                self.term_weight, corpus, query_rows, self.vocabulary_size, corrected=corrected
+            )
+        return rank(self._document_index(doc_rows, model=model, cloze=cloze), query_matrix)
+
+    def _document_index(self, doc_rows: Tensor, *, model: str, cloze: bool) -> Tensor:
+        """The validation articles' inverted index under ``model``. Within a validation pass it is
+        built once per (model, document kind), not once per batch of queries: the weights do not
+        change within a pass. Outside one (direct calls) it is built every time."""
+        key = (model, cloze)
+        cache = self._validation_index
+        if cache is not None and key in cache:
+            return cache[key]
+        if model == "bm25":
+            matrix = self._bm25_matrix(doc_rows, query=False)
+        else:
+            corrected = model == "linklearn"
+            matrix = weight_matrix(
+                self.term_weight, self._attach(), doc_rows, self.vocabulary_size, corrected=corrected
+            )
+        index = inverted_index(matrix)
+        if cache is not None:
+            cache[key] = index
+        return index
 
     def _bm25_matrix(self, rows: Tensor, *, query: bool) -> Tensor:
         corpus = self._attach()
@@ -302,6 +323,9 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         relevant = csr_contains(*self.graph, queries, val_docs).float()
         return average_precision(scores, relevant, ~itself)  # an article does not retrieve itself
 
+    def on_validation_epoch_start(self) -> None:
+        self._validation_index = {}
+
     def validation_step(self, queries: Tensor, batch_idx: int) -> None:
         queries = queries.to(self.device)
         with torch.no_grad():
@@ -315,6 +339,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
             metric.reset()
         if self.baselines is None:
             self.baselines = self._baselines()
+        self._validation_index = None  # the next pass's weights differ; free the memory meanwhile
         for name, value in maps.items():
             self.log(f"val/map_{name}", value)
         self.log("val/map", sum(maps.values()) / len(maps), prog_bar=True)
@@ -324,6 +349,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
     def _baselines(self) -> dict[str, float]:
         """Validation MAP (mean over the validation query kinds) of the untrained start and of BM25."""
         queries = self.task.val_queries.to(self.device)
+        self._validation_index = {}
         out = {}
         with torch.no_grad():
             for model in ("start", "bm25"):

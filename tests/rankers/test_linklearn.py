@@ -250,3 +250,19 @@ def test_validation_bm25_is_rank_bm25_over_the_dump(wiki, kind):
     for q, row in zip(queries.tolist(), scores, strict=True):
         expected = reference.get_scores(tokens(code * task.n_docs + q))[val_docs]
         np.testing.assert_allclose(row.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_validation_pass_builds_each_document_index_once_and_scores_as_without(wiki):
+    datamodule = WikipediaDataModule(str(wiki[0]))
+    model = LinkLearnModule(**datamodule.model_inputs(), hidden=5)
+    model.term_weight.load_state_dict(trained_term_weight(7).state_dict())
+    chunks = model.task.val_queries[:40].split(16)
+    pairs = [(model_name, kind) for model_name in ("linklearn", "start", "bm25") for kind in (0, 1, 2, 3)]
+    alone = {pair: [model._validation_scores(c, pair[1], model=pair[0]) for c in chunks] for pair in pairs}
+    model.on_validation_epoch_start()
+    within = {pair: [model._validation_scores(c, pair[1], model=pair[0]) for c in chunks] for pair in pairs}
+    # one index per (model, articles with or without their lead), whatever the number of query batches
+    assert len(model._validation_index) == 6
+    for pair in pairs:
+        for a, b in zip(alone[pair], within[pair], strict=True):
+            torch.testing.assert_close(a, b)
