@@ -7,6 +7,10 @@
         --blends rankboost+listnet                                  # + an averaged pair of models
     python bench/letor_peers.py --train T --test X --models lambdarank ranknet --peers lightgbm \\
         --override model.scorer.hidden=[256,128] --seeds 0 1 2
+    python bench/letor_peers.py --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
+        --peers lightgbm-defaults --json before.json          # then, after a change, the same folds:
+    python bench/letor_peers.py --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
+        --peers --against before.json --paired earlier:ranknet_listnet earlier:lightgbm-defaults
 
 Our models are trained as ``python train.py model=M data=letor data.train=... data.val=...
 data.test=...`` runs them (their defaults plus any ``--override``) and scored from the exported
@@ -273,6 +277,26 @@ def seed_spread(runs: list[dict], n_seeds: int, measure: str = "ndcg@10") -> flo
     return float(np.sqrt(values.var(1, ddof=1).mean()))
 
 
+def paired_difference(runs: list[dict], reference: list[dict], measure: str = "ndcg@10") -> str:
+    """``mean ± standard error (wins / runs)`` of ``runs - reference``, run by run (the same split and
+    seed at each position: both from this bench with the same folds and seeds)."""
+    if len(runs) != len(reference):
+        raise ValueError(f"cannot pair {len(runs)} runs with {len(reference)}: other folds or seeds?")
+    gaps = np.array([run[measure] for run in runs]) - np.array([run[measure] for run in reference])
+    error = gaps.std(ddof=1) / np.sqrt(len(gaps)) if len(gaps) > 1 else float("nan")
+    return f"{gaps.mean():+.4f} ± {error:.4f} ({int((gaps > 0).sum())} / {len(gaps)})"
+
+
+def paired_lines(rows: dict[str, list[dict]], references: dict[str, list[dict]]) -> list[str]:
+    """Every row of this run against every reference row (of this run, or ``earlier:NAME`` of ``--against``)."""
+    return [
+        f"{name} - {reference}: {paired_difference(runs, against)}"
+        for reference, against in references.items()
+        for name, runs in rows.items()
+        if name != reference
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True)
@@ -296,9 +320,21 @@ def main(argv: list[str] | None = None) -> None:
         "--seeds", nargs="*", type=int, default=[0], help="training seeds; with --folds the first also draws the folds"
     )
     parser.add_argument("--json", help="also write every run's figures here")
+    parser.add_argument(
+        "--paired",
+        nargs="*",
+        default=[],
+        help="print every row's paired ndcg@10 difference against these rows (NAME, or earlier:NAME from --against)",
+    )
+    parser.add_argument("--against", help="an earlier run's --json (same folds and seeds), for --paired earlier:NAME")
     args = parser.parse_args(argv)
     if args.small and not (args.folds and args.no_val):
         parser.error("--small needs --folds and --no-val")
+    earlier = json.loads(Path(args.against).read_text()) if args.against else {}
+    rows_to_come = {*args.models, *args.peers, *args.blends, *(f"earlier:{name}" for name in earlier)}
+    missing = [name for name in args.paired if name not in rows_to_come]
+    if missing:  # said before the run, not after it
+        parser.error(f"--paired names rows this run (or --against) does not have: {missing}")
     unknown = {member for blend in args.blends for member in blend.split("+")} - set(args.models)
     if unknown:
         parser.error(f"--blends name models that --models does not train: {sorted(unknown)}")
@@ -332,6 +368,10 @@ def main(argv: list[str] | None = None) -> None:
         print(", ".join(f"{model} {spread:.4f}" for model, spread in spreads.items() if spread is not None))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.paired:
+        pool = {**rows, **{f"earlier:{name}": runs for name, runs in earlier.items()}}
+        print("\npaired ndcg@10 differences, run by run (mean ± standard error, wins / runs):")
+        print("\n".join(paired_lines(rows, {name: pool[name] for name in args.paired})))
 
 
 if __name__ == "__main__":

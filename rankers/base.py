@@ -60,10 +60,10 @@ class PassLimit:
                 f"not on {self.trainer.world_size} processes"
             )
 
-    def check_passes(self: pl.LightningModule, passes: int) -> None:
+    def check_passes(self: pl.LightningModule, passes: int, name: str = "model.epochs") -> None:
         limit = self.trainer.max_epochs
         if limit is not None and 0 <= limit < passes:
-            raise ValueError(f"model.epochs={passes} needs trainer.max_epochs >= {passes} (it is {limit})")
+            raise ValueError(f"{name}={passes} needs trainer.max_epochs >= {passes} (it is {limit})")
 
     def stop_after(self: pl.LightningModule, passes: int) -> None:
         if self.current_epoch + 1 >= passes:
@@ -79,7 +79,7 @@ def _compiled(fn: Callable[..., Tensor], mode: bool | str, backend: str) -> Call
     return torch.compile(fn, **options)
 
 
-class RankerModule(pl.LightningModule):
+class RankerModule(PassLimit, pl.LightningModule):
     """Scores documents with ``normalizer`` then ``scorer`` and trains on a loss from ``losses/``.
 
     Args:
@@ -197,14 +197,14 @@ class RankerModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         if self._without_validation():
-            PassLimit.check_passes(self, self.hparams.epochs_without_validation)
+            self.check_passes(self.hparams.epochs_without_validation, "model.epochs_without_validation")
 
     def _without_validation(self) -> bool:
         return bool(self.hparams.get("epochs_without_validation")) and not self.trainer.limit_val_batches
 
     def on_train_epoch_end(self) -> None:
         if self._without_validation():
-            PassLimit.stop_after(self, self.hparams.epochs_without_validation)
+            self.stop_after(self.hparams.epochs_without_validation)
 
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model

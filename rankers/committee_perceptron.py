@@ -151,6 +151,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         if monitor.removeprefix("val/") not in self.test_metrics:
             raise ValueError(f"monitor must be val/<one of {sorted(self.test_metrics)}>, got {monitor!r}")
         self._epoch_batches: list[tuple[Tensor, Tensor, Tensor]] = []
+        self._truncation_announced = False  # the voted perceptron's capacity warning, said once
         # a no-op optimizer step marks each batch: Lightning counts steps (checkpoints, logs) by them
         self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
 
@@ -200,7 +201,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         """The voted perceptron votes with every hypothesis only while they fit ``max_hypotheses``:
         beyond, the committee keeps the longest-surviving ones. Said once, not done silently."""
         capacity = self.hparams.max_hypotheses
-        if self.hparams.variant != "voted" or getattr(self, "_truncation_announced", False):
+        if self.hparams.variant != "voted" or self._truncation_announced:
             return
         made = int(self.learner.hypotheses.max()) + int(self.hparams.include_current)
         if made > capacity:

@@ -271,19 +271,20 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
 
     # -- validation: each validation article (or its title, or its lead) is a query, its links relevant
     def _validation_scores(self, queries: Tensor, kind: int, *, model: str) -> Tensor:
-        corpus, n = self._attach(), self.task.n_docs
+        n = self.task.n_docs
         val_docs = self.task.val_docs.to(self.device)
         cloze = kind == VALIDATION_KINDS["cloze"]
         doc_rows = self.task.rest_rows(val_docs) if cloze else val_docs
         query_rows = (VALIDATION_KINDS["lead"] if cloze else kind) * n + queries
-        if model == "bm25":
-            query_matrix = self._bm25_matrix(query_rows, query=True)
-        else:
-            corrected = model == "linklearn"
-            query_matrix = weight_matrix(
-                self.term_weight, corpus, query_rows, self.vocabulary_size, corrected=corrected
-            )
+        query_matrix = self._validation_matrix(query_rows, model=model, query=True)
         return rank(self._document_index(doc_rows, model=model, cloze=cloze), query_matrix)
+
+    def _validation_matrix(self, rows: Tensor, *, model: str, query: bool) -> Tensor:
+        """Sparse ``[len(rows), V]`` weights of feature rows under ``model`` (linklearn, start, bm25)."""
+        if model == "bm25":
+            return self._bm25_matrix(rows, query=query)
+        corpus, corrected = self._attach(), model == "linklearn"
+        return weight_matrix(self.term_weight, corpus, rows, self.vocabulary_size, corrected=corrected)
 
     def _document_index(self, doc_rows: Tensor, *, model: str, cloze: bool) -> Tensor:
         """The validation articles' inverted index under ``model``. Within a validation pass it is
@@ -293,14 +294,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         cache = self._validation_index
         if cache is not None and key in cache:
             return cache[key]
-        if model == "bm25":
-            matrix = self._bm25_matrix(doc_rows, query=False)
-        else:
-            corrected = model == "linklearn"
-            matrix = weight_matrix(
-                self.term_weight, self._attach(), doc_rows, self.vocabulary_size, corrected=corrected
-            )
-        index = inverted_index(matrix)
+        index = inverted_index(self._validation_matrix(doc_rows, model=model, query=False))
         if cache is not None:
             cache[key] = index
         return index

@@ -257,13 +257,9 @@ def _stack_looped_members(scorer: nn.Module, state_dict: dict, prefix: str, *arg
     first_weight, first_bias = zip(*(member[0] for member in linears), strict=True)
     state_dict[f"{prefix}layers.first.weight"] = torch.cat(first_weight)
     state_dict[f"{prefix}layers.first.bias"] = torch.cat(first_bias)
-    body = scorer.layers.body.named_children()
-    linear_names = [f"{prefix}layers.body.{name}" for name, layer in body if isinstance(layer, StackedLinear)]
-    norm_names = [
-        f"{prefix}layers.body.{name}"
-        for name, layer in scorer.layers.body.named_children()
-        if isinstance(layer, StackedLayerNorm)
-    ]
+    body = [(f"{prefix}layers.body.{name}", layer) for name, layer in scorer.layers.body.named_children()]
+    linear_names = [name for name, layer in body if isinstance(layer, StackedLinear)]
+    norm_names = [name for name, layer in body if isinstance(layer, StackedLayerNorm)]
     for position, name in enumerate(linear_names):
         state_dict[f"{name}.weight"] = torch.stack([member[position + 1][0].T for member in linears])
         state_dict[f"{name}.bias"] = torch.stack([member[position + 1][1] for member in linears])

@@ -108,3 +108,21 @@ def test_small_without_folds_and_no_val_is_refused(train_file, capsys, extra):
     with pytest.raises(SystemExit):
         main(["--train", train_file, "--test", train_file, "--small", *extra])
     assert "--small needs --folds and --no-val" in capsys.readouterr().err
+
+
+def test_paired_differences_are_run_by_run_and_refuse_unequal_runs():
+    from bench.letor_peers import paired_difference, paired_lines
+
+    ours = [{"ndcg@10": v} for v in (0.80, 0.70, 0.90)]
+    peer = [{"ndcg@10": v} for v in (0.75, 0.72, 0.80)]
+    # gaps +0.05, -0.02, +0.10: mean 0.0433, sd 0.0603, se 0.0348, 2 wins of 3
+    assert paired_difference(ours, peer) == "+0.0433 ± 0.0348 (2 / 3)"
+    assert paired_lines({"ours": ours, "peer": peer}, {"peer": peer}) == ["ours - peer: +0.0433 ± 0.0348 (2 / 3)"]
+    with pytest.raises(ValueError, match="cannot pair 3 runs with 2"):
+        paired_difference(ours, peer[:2])
+
+
+def test_paired_names_must_exist(train_file, capsys):
+    with pytest.raises(SystemExit):
+        main(["--train", train_file, "--folds", "2", "--models", "--peers", "--paired", "nothing"])
+    assert "--paired names rows" in capsys.readouterr().err

@@ -292,6 +292,10 @@ def test_an_ensemble_checkpoint_of_separate_networks_still_loads(norm):
     with torch.no_grad():
         expected = torch.cat([network(features) for network in networks], -1)
         torch.testing.assert_close(scorer.member_scores(features), expected)
+    # a state dict holding both layouts is refused, not half-loaded
+    mixed = {**state, **MLPScorer(5, [8, 4], members=3, norm="layer" if norm else "none").state_dict()}
+    with pytest.raises(ValueError, match="both the looped and the stacked layout"):
+        scorer.load_state_dict(mixed)
 
 
 def test_ranknet_listnet_trains_every_query_for_four_epochs_without_validation(make_cfg, tmp_path):
@@ -308,3 +312,7 @@ def test_ranknet_listnet_trains_every_query_for_four_epochs_without_validation(m
     # with a validation file, early stopping (patience 6) decides: at least 7 of the 10 epochs
     given = make_cfg(*common, f"data.val={files['val']}", out=tmp_path / "given", tiny=False)
     assert train(given)["epochs"] >= 7
+    # a trainer that would stop first is refused, naming the setting
+    short = make_cfg(*common[:-2], "trainer.max_epochs=2", out=tmp_path / "short", tiny=False)
+    with pytest.raises(ValueError, match=r"model.epochs_without_validation=4 needs trainer.max_epochs >= 4"):
+        train(short)
