@@ -11,6 +11,9 @@ quantile thresholds there (or not), run ``--runs`` seeds of every committee size
 * ``averaged``: the averaged perceptron of one seed (the mean over seeds of that single-seed score),
   the reference every other row is paired against; ``averaged pooled``: the seeds' mean scorer.
 
+``--raw-columns features cdf none`` runs each setting with those first F columns (the features as
+normalized, their training CDF, or none) and pairs every row against the same row under the first.
+
 No Lightning and no export: a grid of settings runs in minutes. ``--small`` swaps the splits (one
 fold trains, the others test). Example:
 
@@ -39,15 +42,21 @@ from datamodules.normalization import FeatureNormalizer
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders
 
 
-def fold_scores(train: LetorData, test: LetorData, args: argparse.Namespace, bins: int | None, scale: float, seed: int):
-    """``{(row, passes): ndcg_cut_10}`` of one fold for one map setting (``bins`` None: no map)."""
+def fold_scores(
+    train: LetorData, test: LetorData, args: argparse.Namespace, setting: tuple[str, int | None, float], seed: int
+):
+    """``{(row, passes): ndcg_cut_10}`` of one fold for one map setting ``(raw columns, bins, scale)``
+    (``bins`` None: no map; raw columns ``none``: the indicators alone)."""
+    raw_columns, bins, scale = setting
     normalizer = FeatureNormalizer.fit("zscore", train.features)
     x_train, x_test = normalizer(torch.from_numpy(train.features)), normalizer(torch.from_numpy(test.features))
     if args.clip:  # test documents held to the training range of every (normalized) feature
         x_test = torch.minimum(torch.maximum(x_test, x_train.min(0).values), x_train.max(0).values)
     if bins is not None:
-        mapper = QuantileThresholds(x_train.shape[1], bins=bins, scale=scale).fit(x_train)
-        x_train, x_test = mapper.live_forward(x_train), mapper.live_forward(x_test)
+        kind = "features" if raw_columns == "none" else raw_columns
+        mapper = QuantileThresholds(x_train.shape[1], bins=bins, scale=scale, raw_columns=kind).fit(x_train)
+        first = x_train.shape[1] if raw_columns == "none" else 0  # live_forward: F raw columns, then indicators
+        x_train, x_test = mapper.live_forward(x_train)[:, first:], mapper.live_forward(x_test)[:, first:]
         if args.standardize:  # every column z-scored on the training documents, as the networks' input
             mean, spread = x_train.mean(0), x_train.std(0).clamp_min(1e-6)
             x_train, x_test = (x_train - mean) / spread, (x_test - mean) / spread
@@ -88,6 +97,13 @@ def main() -> None:
     parser.add_argument("--committee-sizes", type=int, nargs="+", default=[20, 200])
     parser.add_argument("--runs", type=int, default=5, help="seeds per committee size (pooled)")
     parser.add_argument("--small", action="store_true", help="train on one fold, test on the others")
+    parser.add_argument(
+        "--raw-columns",
+        nargs="+",
+        choices=["features", "cdf", "none"],
+        default=["features"],
+        help="the map's first F columns (QuantileThresholds' raw_columns; none: the indicators alone)",
+    )
     parser.add_argument("--clip", action="store_true", help="clip the test features to the training range")
     parser.add_argument(
         "--standardize", action="store_true", help="z-score the mapped columns (the networks' ThresholdInputs)"
@@ -95,7 +111,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     data = read_letor(args.train)
-    settings = [(None, 1.0)] if args.bins == [0] else list(itertools.product(args.bins, args.scales))
+    if args.bins == [0]:
+        settings = [("features", None, 1.0)]
+    else:
+        settings = list(itertools.product(args.raw_columns, args.bins, args.scales))
     rows: dict[tuple, list[float]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         for seed in args.seeds:
@@ -103,21 +122,25 @@ def main() -> None:
                 train, test = read_letor(files["train"]), read_letor(files["test"])
                 width = max(train.num_features, test.num_features)
                 train, test = train.with_num_features(width), test.with_num_features(width)
-                for bins, scale in settings:
-                    for (name, t), value in fold_scores(train, test, args, bins, scale, seed).items():
-                        rows.setdefault((bins, scale, t, name), []).append(value)
+                for setting in settings:
+                    for (name, t), value in fold_scores(train, test, args, setting, seed).items():
+                        rows.setdefault((*setting, t, name), []).append(value)
     size = "one fold trains" if args.small else "the other folds train"
     print(f"{args.train}: {args.folds}-fold CV, fold draws {args.seeds}, {size}")
-    print("\n| bins | scale | passes | scorer | ndcg@10 | - averaged (one seed), paired | wins |")
-    print("|---|---|---:|---|---:|---:|---:|")
-    for (bins, scale, t, name), values in rows.items():
-        reference = np.array(rows[bins, scale, t, "averaged"])
-        difference = np.array(values) - reference
-        spread = difference.std() / np.sqrt(len(difference))
-        print(
-            f"| {bins or 'none'} | {scale} | {t} | {name} | {np.mean(values):.4f} | "
-            f"{difference.mean():+.4f} ± {spread:.4f} | {int((difference > 0).sum())}/{len(difference)} |"
-        )
+    first = settings[0][0]
+    print(f"\n| raw columns | bins | scale | passes | scorer | ndcg@10 | - averaged (one seed), paired | - {first} |")
+    print("|---|---|---|---:|---|---:|---:|---:|")
+    for (raw, bins, scale, t, name), values in rows.items():
+        within = paired(values, rows[raw, bins, scale, t, "averaged"])
+        across = paired(values, rows[first, bins, scale, t, name]) if raw != first else ""
+        print(f"| {raw} | {bins or 'none'} | {scale} | {t} | {name} | {np.mean(values):.4f} | {within} | {across} |")
+
+
+def paired(values: list[float], reference: list[float]) -> str:
+    """``mean ± standard error (wins/runs)`` of ``values - reference``, run by run."""
+    difference = np.array(values) - np.array(reference)
+    spread = difference.std() / np.sqrt(len(difference))
+    return f"{difference.mean():+.4f} ± {spread:.4f} ({int((difference > 0).sum())}/{len(difference)})"
 
 
 if __name__ == "__main__":

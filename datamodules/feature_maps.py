@@ -9,8 +9,64 @@ feature helps up to a point and no further, which a weight on ``x_f`` alone cann
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
+
+RAW_COLUMNS = ("features", "cdf")
+# a uniform on [0, 1] has spread 1 / sqrt(12): the CDF columns get the unit spread of the z-scored
+# features they stand in for, so the indicators' scale keeps its meaning
+CDF_SCALE = 12**0.5
+
+
+class QuantileCDF(nn.Module):
+    """``[..., F] -> [..., F]``: each feature's training CDF, linear between its quantiles, times sqrt(12).
+
+    ``knots [F, bins + 1]`` are the training documents' quantiles at ``0, 1/bins, ..., 1`` (numpy's
+    linear method). Segment ``b`` adds ``1/bins`` times how far ``x`` is through ``[k_b, k_{b+1}]``
+    (0 below it, 1 above it); a segment of zero width (many documents share one value) is a step at
+    that value, so ``x`` gets the share of the documents at or below it to within one segment. Below
+    the training minimum the column is 0, above the maximum sqrt(12): a test value beyond the
+    training range scores as the training extreme does. An increasing map of a feature moves its
+    knots with it, so the column moves by at most about a segment's share (the interpolation within
+    a segment is linear in the feature's own units): raw counts, log counts and z-scores read nearly
+    the same, where z-scored heavy-tailed values would put a few documents hundreds of units away.
+
+    The sum runs segment by segment (``O(N·F)`` memory, elementwise ops that TorchScript and ONNX
+    take), not through a ``[..., F, bins]`` tensor or ``searchsorted``.
+
+    Example:
+        >>> import torch
+        >>> cdf = QuantileCDF(1, bins=4).fit_sorted(torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0]]))
+        >>> cdf.knots
+        tensor([[0., 1., 2., 3., 4.]])
+        >>> (cdf(torch.tensor([[-1.0], [1.5], [9.0]])) / 12**0.5).flatten()
+        tensor([0.0000, 0.3750, 1.0000])
+    """
+
+    def __init__(self, n_features: int, *, bins: int = 32) -> None:
+        super().__init__()
+        self.bins = bins
+        self.step_value = CDF_SCALE / bins  # an attribute: TorchScript reads no module globals
+        self.register_buffer("knots", torch.zeros(n_features, bins + 1))
+
+    @torch.no_grad()
+    def fit_sorted(self, ordered: Tensor) -> QuantileCDF:
+        """Knots from each feature's sorted training values ``ordered [F, N]`` (``sorted_columns``)."""
+        levels = torch.arange(0, self.bins + 1, dtype=torch.float64, device=ordered.device) / self.bins
+        self.knots.copy_(sorted_quantiles(ordered, levels))
+        return self
+
+    def forward(self, features: Tensor) -> Tensor:
+        total = torch.zeros_like(features)
+        for b in range(self.bins):
+            low, high = self.knots[:, b], self.knots[:, b + 1]
+            width = high - low
+            # clamp before dividing: a zero width must not make 0 / 0 (its step is taken instead)
+            through = ((features - low) / width.clamp_min(1e-30)).clamp(0.0, 1.0)
+            total = total + torch.where(width > 0, through, (features >= high).to(features.dtype))
+        return total * self.step_value
 
 
 class QuantileThresholds(nn.Module):
@@ -25,6 +81,9 @@ class QuantileThresholds(nn.Module):
             column is always 0, and the output width does not depend on the data.
         scale: the indicators' value. It sets how far one mistake moves a step against a raw
             (z-scored) feature: smaller is smoother.
+        raw_columns: what the first F columns hold: ``features`` (the features as given) or ``cdf``
+            (``QuantileCDF``: each feature's training CDF, bounded, and unmoved by any increasing
+            map of the feature, so a heavy tail or an outlier cannot dominate a mistake's step).
 
     Before ``fit`` every threshold is +inf (the map adds zero columns).
 
@@ -38,15 +97,19 @@ class QuantileThresholds(nn.Module):
         tensor([[2.5000, 1.0000, 1.0000, 0.0000]])
     """
 
-    def __init__(self, n_features: int, *, bins: int = 32, scale: float = 0.25) -> None:
+    def __init__(self, n_features: int, *, bins: int = 32, scale: float = 0.25, raw_columns: str = "features") -> None:
         super().__init__()
         if bins < 2:
             raise ValueError(f"bins must be >= 2, got {bins}")
         if not scale > 0:
             raise ValueError(f"scale must be > 0, got {scale}")
+        if raw_columns not in RAW_COLUMNS:
+            raise ValueError(f"raw_columns must be one of {RAW_COLUMNS}, got {raw_columns!r}")
         self.n_features, self.bins, self.scale = n_features, bins, float(scale)
         self.register_buffer("thresholds", torch.full((n_features, bins - 1), float("inf")))
         self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+        # a submodule only when used: checkpoints written before it existed load unchanged
+        self.raw: nn.Module = QuantileCDF(n_features, bins=bins) if raw_columns == "cdf" else nn.Identity()
 
     @property
     def out_features(self) -> int:
@@ -66,13 +129,13 @@ class QuantileThresholds(nn.Module):
         if count == 0:
             raise ValueError("no training documents to fit the quantile thresholds on")
         levels = torch.arange(1, self.bins, dtype=torch.float64, device=ordered.device) / self.bins
-        position = levels * (count - 1)  # numpy's "linear" method
-        low, high = position.floor().long(), position.ceil().long()
-        cuts = (ordered[:, low] + (ordered[:, high] - ordered[:, low]) * (position - low)).float()  # [F, T]
+        cuts = sorted_quantiles(ordered, levels).float()  # [F, T]
         repeated = torch.zeros_like(cuts, dtype=torch.bool)
         repeated[:, 1:] = cuts[:, 1:] <= cuts[:, :-1]
         constant = cuts <= ordered[:, :1].float()
         self.thresholds.copy_(cuts.masked_fill(repeated | constant, float("inf")))
+        if isinstance(self.raw, QuantileCDF):
+            self.raw.fit_sorted(ordered)
         self.fitted.fill_(True)
         return self
 
@@ -94,11 +157,11 @@ class QuantileThresholds(nn.Module):
         """``forward(features)[..., live_columns()]``, without computing the other columns."""
         feature, cut = self.live_indicators()
         steps = (features.index_select(-1, feature) >= cut).to(features.dtype) * self.scale
-        return torch.cat([features, steps], -1)
+        return torch.cat([self.raw(features), steps], -1)
 
     def forward(self, features: Tensor) -> Tensor:
         steps = (features.unsqueeze(-1) >= self.thresholds).to(features.dtype) * self.scale  # [..., F, T]
-        return torch.cat([features, steps.flatten(-2)], -1)
+        return torch.cat([self.raw(features), steps.flatten(-2)], -1)
 
 
 class ThresholdInputs(nn.Module):
@@ -115,11 +178,22 @@ class ThresholdInputs(nn.Module):
     """
 
     def __init__(
-        self, normalizer: nn.Module, feature: Tensor, cut: Tensor, mean: Tensor, std: Tensor, *, bins: int
+        self,
+        normalizer: nn.Module,
+        feature: Tensor,
+        cut: Tensor,
+        mean: Tensor,
+        std: Tensor,
+        *,
+        bins: int,
+        raw: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.normalizer = normalizer
-        self.kind = f"{normalizer.kind}+thresholds{bins}"
+        # the first F columns: the normalized features, or a map of them (QuantileCDF)
+        self.raw = raw if raw is not None else nn.Identity()
+        cdf = "+cdf" if isinstance(self.raw, QuantileCDF) else ""
+        self.kind = f"{normalizer.kind}{cdf}+thresholds{bins}"
         self.in_features = len(mean) - len(cut)
         self.register_buffer("feature", feature.long())  # [m] the feature each indicator reads
         self.register_buffer("cut", cut.float())  # [m] its threshold
@@ -150,19 +224,21 @@ class ThresholdInputs(nn.Module):
 
     @classmethod
     def from_thresholds(cls, normalizer: nn.Module, thresholds: QuantileThresholds) -> ThresholdInputs:
-        """``thresholds.live_forward`` after ``normalizer``, unstandardized: the features as they are
-        and each live indicator worth ``thresholds.scale`` (what a linear learner trained on the
-        live columns reads; the export of the perceptrons)."""
+        """``thresholds.live_forward`` after ``normalizer``, unstandardized: the raw columns as the
+        map gives them (the features, or their ``QuantileCDF``) and each live indicator worth
+        ``thresholds.scale`` (what a linear learner trained on the live columns reads; the export of
+        the perceptrons)."""
         feature, cut = thresholds.live_indicators()
         n = thresholds.n_features
         mean = torch.zeros(n + len(cut))
         std = torch.cat([torch.ones(n), torch.full((len(cut),), 1.0 / thresholds.scale)])
-        return cls(normalizer, feature.cpu(), cut.cpu(), mean, std, bins=thresholds.bins)
+        raw = copy.deepcopy(thresholds.raw).cpu()
+        return cls(normalizer, feature.cpu(), cut.cpu(), mean, std, bins=thresholds.bins, raw=raw)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         normalized = self.normalizer(features, mask)
         steps = (normalized.index_select(-1, self.feature) >= self.cut).to(normalized.dtype)
-        return (torch.cat([normalized, steps], -1) - self.mean) / self.std
+        return (torch.cat([self.raw(normalized), steps], -1) - self.mean) / self.std
 
 
 def sorted_columns(features: Tensor) -> Tensor:
@@ -170,4 +246,11 @@ def sorted_columns(features: Tensor) -> Tensor:
     return features.double().t().contiguous().sort(-1).values
 
 
-__all__ = ["QuantileThresholds", "ThresholdInputs", "sorted_columns"]
+def sorted_quantiles(ordered: Tensor, levels: Tensor) -> Tensor:
+    """Quantiles ``[F, len(levels)]`` of each row of ``ordered [F, N]`` (sorted), numpy's linear method."""
+    position = levels * (ordered.shape[1] - 1)
+    low, high = position.floor().long(), position.ceil().long()
+    return ordered[:, low] + (ordered[:, high] - ordered[:, low]) * (position - low)
+
+
+__all__ = ["QuantileCDF", "QuantileThresholds", "ThresholdInputs", "sorted_columns", "sorted_quantiles"]

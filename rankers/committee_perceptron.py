@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.batching import Batch
-from datamodules.feature_maps import QuantileThresholds, ThresholdInputs
+from datamodules.feature_maps import RAW_COLUMNS, QuantileThresholds, ThresholdInputs
 from datamodules.normalization import FeatureNormalizer
 from metrics import higher_is_better, ranking_metrics
 from rankers.base import PassLimit
@@ -82,6 +82,10 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             indicators of its training quantiles, fitted on the first pass's documents and
             exported with the scorer; every variant learns the same way over them).
         bins, threshold_scale: the thresholds map's quantile bins per feature and indicator value.
+        raw_columns: the thresholds map's first F columns: ``features`` (the normalized features) or
+            ``cdf`` (``datamodules.feature_maps.QuantileCDF``: each feature's training CDF, bounded
+            and unmoved by increasing maps of the feature); with ``feature_map=none`` the features
+            are read as given.
         val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it.
         include_current: offer the running hypothesis to the committee at read-out time.
         max_hypotheses: the voted perceptron's capacity (its committee size).
@@ -103,6 +107,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         feature_map: str = "none",
         bins: int = 32,
         threshold_scale: float = 0.25,
+        raw_columns: str = "features",
         val_fraction: float = 0.0,
         include_current: bool = True,
         max_hypotheses: int = 4096,
@@ -119,6 +124,8 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             raise ValueError(f"combine must be 'weight' or 'vote', got {combine!r}")
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}")
+        if raw_columns not in RAW_COLUMNS:
+            raise ValueError(f"raw_columns must be one of {RAW_COLUMNS}, got {raw_columns!r}")
         if n_runs < 1 or epochs < 1:
             raise ValueError(f"n_runs and epochs must be >= 1, got {n_runs} and {epochs}")
         ks = [int(k) for k in ks]
@@ -132,7 +139,9 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         elif variant != "committee":
             sizes = [1]
         self.feature_map = (
-            QuantileThresholds(n_features, bins=bins, scale=threshold_scale) if feature_map == "thresholds" else None
+            QuantileThresholds(n_features, bins=bins, scale=threshold_scale, raw_columns=raw_columns)
+            if feature_map == "thresholds"
+            else None
         )
         width = self.feature_map.out_features if self.feature_map is not None else n_features
         self.runs = list(itertools.product(sizes, range(n_runs)))  # (K, seed offset) per run

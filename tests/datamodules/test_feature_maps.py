@@ -7,7 +7,7 @@ import onnxruntime
 import pytest
 import torch
 
-from datamodules.feature_maps import QuantileThresholds
+from datamodules.feature_maps import QuantileCDF, QuantileThresholds
 
 
 def _reference_thresholds(features: np.ndarray, bins: int) -> list[np.ndarray]:
@@ -161,16 +161,78 @@ def test_an_unknown_feature_map_is_refused_by_the_letor_datamodule(tmp_path):
         LetorDataModule(train=str(tmp_path / "train.txt"), feature_map="splines")
 
 
-def test_threshold_inputs_from_a_fitted_map_are_its_live_forward_after_the_normalizer():
+@pytest.mark.parametrize("raw_columns", ["features", "cdf"])
+def test_threshold_inputs_from_a_fitted_map_are_its_live_forward_after_the_normalizer(raw_columns):
     from datamodules.feature_maps import ThresholdInputs
     from datamodules.normalization import FeatureNormalizer
 
     raw = _data(6) * 2 - 1
     normalizer = FeatureNormalizer.fit("zscore", raw.numpy())
-    mapper = QuantileThresholds(4, bins=8, scale=0.1).fit(normalizer(raw))
+    mapper = QuantileThresholds(4, bins=8, scale=0.1, raw_columns=raw_columns).fit(normalizer(raw))
     inputs = ThresholdInputs.from_thresholds(normalizer, mapper)
     assert inputs.out_features == len(mapper.live_columns())
+    assert ("+cdf" in inputs.kind) == (raw_columns == "cdf")
     torch.testing.assert_close(inputs(raw[None])[0], mapper.live_forward(normalizer(raw)))
+    scripted = torch.jit.script(inputs)  # the export's input module, raw features in
+    torch.testing.assert_close(scripted(raw[None]), inputs(raw[None]))
+
+
+def _reference_cdf(column: np.ndarray, value: float, bins: int) -> float:
+    """The training CDF of one feature at ``value``, linear between its quantiles at 0, 1/bins, ..., 1,
+    written as numpy's interpolation (the quantiles of this test's data are strictly increasing)."""
+    knots = np.quantile(column.astype(np.float64), np.arange(bins + 1) / bins)
+    assert np.all(np.diff(knots) > 0)
+    return float(np.interp(value, knots, np.arange(bins + 1) / bins))
+
+
+def test_the_cdf_columns_are_numpys_interpolated_quantile_cdf_bounded_outside_the_training_range():
+    train = torch.from_numpy(np.random.default_rng(0).normal(size=(300, 2)).astype(np.float32))
+    cdf = QuantileCDF(2, bins=16).fit_sorted(train.double().t().sort(-1).values)
+    probe = torch.tensor([[-9.0, 9.0], [0.0, -0.3], [0.7, 0.05], [9.0, -9.0]])
+    expected = [[_reference_cdf(train[:, f].numpy(), float(v), 16) for f, v in enumerate(row)] for row in probe]
+    torch.testing.assert_close(cdf(probe) / 12**0.5, torch.tensor(expected), atol=1e-5, rtol=0)
+    assert cdf(probe)[0, 0] == 0 and cdf(probe)[0, 1] == pytest.approx(12**0.5)
+
+
+def test_a_value_many_documents_share_gets_their_whole_share_and_no_nan():
+    column = torch.cat([torch.zeros(80), torch.linspace(1, 2, 20)])[:, None]  # 80% of the documents at 0
+    cdf = QuantileCDF(1, bins=10).fit_sorted(column.double().t().sort(-1).values)
+    at_zero = float(cdf(torch.zeros(1, 1))) / 12**0.5
+    assert 0.8 - 1 / 10 - 1e-6 <= at_zero <= 0.8 + 1e-6  # the 80% at or below 0, to within one segment
+    assert float(cdf(torch.full((1, 1), -1e-3))) == 0.0
+    constant = QuantileCDF(1, bins=4).fit_sorted(torch.ones(1, 5, dtype=torch.float64))
+    assert torch.isfinite(constant(torch.tensor([[0.0], [1.0], [2.0]]))).all()
+
+
+def test_cdf_columns_barely_move_under_an_increasing_heavy_tailed_map_of_a_feature():
+    # the point of them: raw counts, their logs or a heavy-tailed rescaling give nearly the same columns
+    def stretch(x: torch.Tensor) -> torch.Tensor:
+        return torch.sign(x) * torch.expm1(6 * x.abs())  # increasing, heavy-tailed
+
+    base = _data(7).double()
+    probe = base[:40] * 1.1
+    for raw_columns, bound in (("cdf", 2 / 8 * 12**0.5), ("features", None)):
+        fitted = [QuantileThresholds(4, bins=8, raw_columns=raw_columns).fit(x) for x in (base, stretch(base))]
+        moved = (fitted[1](stretch(probe)) - fitted[0](probe))[:, :4].abs().max()
+        if bound is None:
+            assert moved > 100  # the features as given: a heavy tail moves them without bound
+        else:
+            assert moved <= bound  # within about a segment's share (two, for values between samples)
+            # the indicators (thresholds at quantiles) move only for a value between the two samples a
+            # threshold is interpolated from; none of these probes is
+            torch.testing.assert_close(fitted[1](stretch(probe))[:, 4:], fitted[0](probe)[:, 4:])
+
+
+def test_cdf_columns_export_to_onnx_as_the_module_computes_them(tmp_path):
+    mapper = QuantileThresholds(4, bins=6, raw_columns="cdf").fit(_data(8)).eval()
+    features = _data(9)[:23] * 1.5  # some values beyond the training range
+    path = tmp_path / "map.onnx"
+    rows = torch.export.Dim("rows", min=1, max=1 << 20)
+    torch.onnx.export(mapper, (features,), str(path), input_names=["x"], dynamic_shapes=({0: rows},), dynamo=True)
+    (onnx,) = onnxruntime.InferenceSession(str(path)).run(None, {"x": features.numpy()})
+    np.testing.assert_allclose(onnx, mapper(features).numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="raw_columns must be one of"):
+        QuantileThresholds(4, raw_columns="ranks")
 
 
 @pytest.mark.parametrize("normalization", ["zscore", "query_zscore"])

@@ -55,12 +55,13 @@ def _mean_ndcg(per_query_scores, data) -> float:
     return float(np.mean(values))
 
 
-@pytest.mark.parametrize("combine", ["weight", "vote"])
-def test_committee_trains_exports_and_the_export_reproduces_the_test_metrics(make_cfg, tmp_path, combine):
+@pytest.mark.parametrize(("combine", "raw_columns"), [("weight", "cdf"), ("vote", "features")])
+def test_committee_trains_exports_and_the_export_reproduces_the_test_metrics(make_cfg, tmp_path, combine, raw_columns):
     out = tmp_path / "run"
     cfg = make_cfg(
         "model=committee_perceptron",
         f"model.combine={combine}",
+        f"model.raw_columns={raw_columns}",
         "model.committee_size=5",
         "model.epochs=2",
         *DATA,
