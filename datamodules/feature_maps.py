@@ -206,21 +206,25 @@ class ThresholdInputs(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def fit(cls, normalizer: nn.Module, documents: Tensor, *, bins: int = 32) -> ThresholdInputs:
-        """From the training documents ``documents [N, F]``, already normalized by ``normalizer``."""
+    def fit(
+        cls, normalizer: nn.Module, documents: Tensor, *, bins: int = 32, raw_columns: str = "features"
+    ) -> ThresholdInputs:
+        """From the training documents ``documents [N, F]``, already normalized by ``normalizer``;
+        ``raw_columns`` as ``QuantileThresholds`` takes it (``cdf``: each feature's training CDF)."""
         ordered = sorted_columns(documents)  # one sort for the thresholds and their statistics
-        thresholds = QuantileThresholds(documents.shape[1], bins=bins, scale=1.0).fit_sorted(ordered)
+        thresholds = QuantileThresholds(documents.shape[1], bins=bins, scale=1.0, raw_columns=raw_columns)
+        thresholds.fit_sorted(ordered)
         # the statistics without the [N, F * bins] matrix (MSLR: 723k documents x 4,352 columns):
         # an indicator's mean is the share of documents at or above its threshold, its spread
         # sqrt(p (1 - p))
         below = torch.searchsorted(ordered, thresholds.thresholds.double(), side="left")  # [F, T]
         share = (1.0 - below.double() / len(documents)).flatten()[torch.isfinite(thresholds.thresholds).flatten()]
-        values = documents.double()
+        values = thresholds.raw(documents).double()
         mean = torch.cat([values.mean(0), share])
         std = torch.cat([values.std(0, unbiased=False), (share * (1.0 - share)).sqrt()])
         feature, cut = thresholds.live_indicators()
         std = torch.where(std > 1e-12, std, torch.ones_like(std))
-        return cls(normalizer, feature, cut, mean, std, bins=bins)
+        return cls(normalizer, feature, cut, mean, std, bins=bins, raw=copy.deepcopy(thresholds.raw))
 
     @classmethod
     def from_thresholds(cls, normalizer: nn.Module, thresholds: QuantileThresholds) -> ThresholdInputs:

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from datamodules.batching import DeviceBatches, QueryBatchSampler, QueryDataset, make_collate
-from datamodules.feature_maps import ThresholdInputs
+from datamodules.feature_maps import RAW_COLUMNS, ThresholdInputs
 from datamodules.letor_io import LetorData, read_letor, refuse_overflowing_gains
 from datamodules.normalization import KINDS, FeatureNormalizer
 
@@ -59,6 +59,8 @@ class LetorDataModule(pl.LightningDataModule):
         feature_map: ``none``, or ``thresholds``: the model's input is each normalized feature plus
             the indicators of its ``bins - 1`` training quantiles (the live ones), standardized
             (``datamodules.feature_maps.ThresholdInputs``, inside the model and its export).
+        raw_columns: with ``feature_map=thresholds``, the first F columns: ``features`` (the
+            normalized features) or ``cdf`` (each feature's training CDF, ``QuantileCDF``).
     """
 
     def __init__(
@@ -85,14 +87,17 @@ class LetorDataModule(pl.LightningDataModule):
         max_dense_gib: float | None = None,
         feature_map: str = "none",
         bins: int = 32,
+        raw_columns: str = "features",
     ) -> None:
         super().__init__()
         if normalization not in KINDS:
             raise ValueError(f"normalization must be one of {KINDS}, got {normalization!r}")
         if feature_map not in ("none", "thresholds"):
             raise ValueError(f"feature_map must be 'none' or 'thresholds', got {feature_map!r}")
+        if raw_columns not in RAW_COLUMNS:
+            raise ValueError(f"raw_columns must be one of {RAW_COLUMNS}, got {raw_columns!r}")
         self.paths = {"train": train, "val": val, "test": test}
-        self.feature_map, self.bins = feature_map, bins
+        self.feature_map, self.bins, self.raw_columns = feature_map, bins, raw_columns
         self.n_ranks = n_ranks  # for ordinal rankers, which read the labels as ranks 0..n_ranks-1
         self.num_features_option, self.zero_based = num_features, zero_based
         self.normalization, self.batch_size = normalization, batch_size
@@ -180,7 +185,7 @@ class LetorDataModule(pl.LightningDataModule):
             else:  # its statistics are the query's: query by query, as batches are
                 bounds = zip(train.offsets[:-1], train.offsets[1:], strict=True)
                 documents = torch.cat([normalizer(features[a:b][None])[0] for a, b in bounds])
-        return ThresholdInputs.fit(normalizer, documents, bins=self.bins)
+        return ThresholdInputs.fit(normalizer, documents, bins=self.bins, raw_columns=self.raw_columns)
 
     def _loader(self, split: str, *, train: bool):
         features, labels, offsets = self.tensors[split]

@@ -100,21 +100,24 @@ def test_live_columns_are_the_features_and_the_finite_thresholds():
     torch.testing.assert_close(mapper.live_forward(inputs), mapper(inputs)[..., live])
 
 
-def test_threshold_inputs_standardize_the_live_columns_of_the_normalized_features():
+@pytest.mark.parametrize("raw_columns", ["features", "cdf"])
+def test_threshold_inputs_standardize_the_live_columns_of_the_normalized_features(raw_columns):
     from datamodules.feature_maps import ThresholdInputs
     from datamodules.normalization import FeatureNormalizer
 
     raw = _data(5) * 3 + 1
     normalizer = FeatureNormalizer.fit("zscore", raw.numpy())
-    inputs = ThresholdInputs.fit(normalizer, normalizer(raw), bins=8)
-    mapper = QuantileThresholds(4, bins=8, scale=1.0).fit(normalizer(raw))
+    inputs = ThresholdInputs.fit(normalizer, normalizer(raw), bins=8, raw_columns=raw_columns)
+    mapper = QuantileThresholds(4, bins=8, scale=1.0, raw_columns=raw_columns).fit(normalizer(raw))
     expected = mapper(normalizer(raw))[:, mapper.live_columns()]
     assert inputs.in_features == 4 and inputs.out_features == expected.shape[1] < 4 * 8
     out = inputs(raw)
     varying = expected.std(0) > 0
     torch.testing.assert_close(out.mean(0), torch.zeros(out.shape[1]), atol=1e-5, rtol=0)
     torch.testing.assert_close(out.std(0, unbiased=False)[varying], torch.ones(int(varying.sum())), atol=1e-4, rtol=0)
-    torch.testing.assert_close(out, (expected - expected.mean(0)) / expected.std(0, unbiased=False).clamp_min(1e-12))
+    spread = expected.std(0, unbiased=False)
+    spread = torch.where(spread > 1e-6, spread, torch.ones_like(spread))  # a constant column stays 0
+    torch.testing.assert_close(out, (expected - expected.mean(0)) / spread, atol=1e-5, rtol=1e-5)
     padded = torch.full((1, 3, 4), float("nan"))  # padding holds NaN: masked before any statistic
     padded[0, 0] = raw[0]
     mask = torch.tensor([[True, False, False]])
@@ -152,6 +155,20 @@ def test_letor_models_train_on_threshold_inputs_and_export_raw_features_in(make_
     )
     assert json.loads((tmp_path / "p" / "export" / "meta.json").read_text())["normalization"] == "zscore"
     assert plain["test"]
+    # the CDF raw columns (the perceptrons' default) through a network and its export
+    cdf_run = make_cfg(
+        "model=ranknet", "data=letor", *split, *quiet, "data.raw_columns=cdf", out=tmp_path / "c", tiny=False
+    )
+    cdf = train(cdf_run)
+    assert (
+        json.loads((tmp_path / "c" / "export" / "meta.json").read_text())["normalization"] == "zscore+cdf+thresholds32"
+    )
+    scripted = torch.jit.load(str(tmp_path / "c" / "export" / "scorer.pt"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "c" / "export" / "scorer.onnx"))
+    features = test.features[test.offsets[0] : test.offsets[1]] * 50  # far beyond the training range too
+    (onnx,) = session.run(None, {"features": features})
+    np.testing.assert_allclose(onnx, scripted(torch.from_numpy(features)).detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert np.isfinite(onnx).all() and cdf["test"]["ndcg@10"] > cdf["test_random_scores"]["ndcg@10"]
 
 
 def test_an_unknown_feature_map_is_refused_by_the_letor_datamodule(tmp_path):
@@ -159,6 +176,8 @@ def test_an_unknown_feature_map_is_refused_by_the_letor_datamodule(tmp_path):
 
     with pytest.raises(ValueError, match="feature_map must be 'none' or 'thresholds', got 'splines'"):
         LetorDataModule(train=str(tmp_path / "train.txt"), feature_map="splines")
+    with pytest.raises(ValueError, match="raw_columns must be one of"):
+        LetorDataModule(train=str(tmp_path / "train.txt"), feature_map="thresholds", raw_columns="ranks")
 
 
 @pytest.mark.parametrize("raw_columns", ["features", "cdf"])
