@@ -157,7 +157,9 @@ def test_without_validation_every_training_query_trains_and_the_last_epoch_is_ke
     boosted = train(make_cfg(*common[:3], "model=rankboost", "model.rounds=20", out=tmp_path / "rb", tiny=False))
     assert "val" not in boosted["data"] and boosted["data"]["train"]["queries"] == 40
     # and the perceptron family (a fixed number of passes over every training query)
-    committee = train(make_cfg(*common[:3], "model=committee_perceptron", out=tmp_path / "cp", tiny=False))
+    committee = train(
+        make_cfg(*common[:3], "model=committee_perceptron", "model.epochs=2", out=tmp_path / "cp", tiny=False)
+    )
     assert committee["data"]["train"]["queries"] == 40 and committee["epochs"] == 2
     with pytest.raises(Exception, match="val_fraction must be in"):
         train(make_cfg(*common, "data.val_fraction=1.0", out=tmp_path / "bad", tiny=False))
