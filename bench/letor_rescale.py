@@ -63,7 +63,11 @@ def rescale_file(
                     index = int(name) - 1
                     if not 0 <= index < n_features:
                         raise ValueError(f"{source}:{number}: feature {name} outside 1..{n_features}")
-                    mapped = heavy_tail(np.float64(value), curvature[index], scale[index])
+                    try:
+                        parsed = float(value)
+                    except ValueError:
+                        raise ValueError(f"{source}:{number}: feature {name} has no number: {value!r}") from None
+                    mapped = heavy_tail(np.float64(parsed), curvature[index], scale[index])
                     pairs.append(f"{name}:{mapped:.6g}")
                 else:
                     head.append(token)

@@ -36,10 +36,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.committee_perceptron import query_pairs
 from bench.letor_peers import folds, trec_metrics
-from datamodules.feature_maps import QuantileThresholds
+from datamodules.feature_maps import CDF_SCALE, QuantileThresholds, sorted_columns
 from datamodules.letor_io import LetorData, read_letor
 from datamodules.normalization import FeatureNormalizer
 from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders
+
+
+def raw_columns_of(
+    train: torch.Tensor, test: torch.Tensor, kind: str, mapper: QuantileThresholds, cdf_factor: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first F columns beside the indicators, for the training and test documents ``[n, F]``:
+    ``features`` as given; ``cdf`` the library's ``QuantileCDF`` (fitted in ``mapper``), rescaled to
+    ``cdf_factor`` at the top (sqrt(12) in the library); ``exact`` the share of training documents at
+    or below each value (every training value a knot; a comparison, not in the library), times
+    ``cdf_factor``; ``none`` no columns."""
+    if kind == "features":
+        return train, test
+    if kind == "none":
+        return train[:, :0], test[:, :0]
+    if kind == "cdf":
+        return mapper.raw(train) * (cdf_factor / CDF_SCALE), mapper.raw(test) * (cdf_factor / CDF_SCALE)
+    ordered = sorted_columns(train)  # [F, N]
+
+    def exact(x: torch.Tensor) -> torch.Tensor:
+        below = torch.searchsorted(ordered, x.double().t().contiguous(), right=True)  # [F, n]
+        return (below.t() / ordered.shape[1]).to(x.dtype) * cdf_factor
+
+    return exact(train), exact(test)
 
 
 def fold_scores(
@@ -53,10 +76,12 @@ def fold_scores(
     if args.clip:  # test documents held to the training range of every (normalized) feature
         x_test = torch.minimum(torch.maximum(x_test, x_train.min(0).values), x_train.max(0).values)
     if bins is not None:
-        kind = "features" if raw_columns == "none" else raw_columns
+        kind = "cdf" if raw_columns == "cdf" else "features"
         mapper = QuantileThresholds(x_train.shape[1], bins=bins, scale=scale, raw_columns=kind).fit(x_train)
-        first = x_train.shape[1] if raw_columns == "none" else 0  # live_forward: F raw columns, then indicators
-        x_train, x_test = mapper.live_forward(x_train)[:, first:], mapper.live_forward(x_test)[:, first:]
+        width = x_train.shape[1]  # live_forward: the F raw columns, then the indicators
+        raw_train, raw_test = raw_columns_of(x_train, x_test, raw_columns, mapper, args.cdf_factor)
+        x_train = torch.cat([raw_train, mapper.live_forward(x_train)[:, width:]], 1)
+        x_test = torch.cat([raw_test, mapper.live_forward(x_test)[:, width:]], 1)
         if args.standardize:  # every column z-scored on the training documents, as the networks' input
             mean, spread = x_train.mean(0), x_train.std(0).clamp_min(1e-6)
             x_train, x_test = (x_train - mean) / spread, (x_test - mean) / spread
@@ -100,9 +125,13 @@ def main() -> None:
     parser.add_argument(
         "--raw-columns",
         nargs="+",
-        choices=["features", "cdf", "none"],
+        choices=["features", "cdf", "exact", "none"],
         default=["features"],
-        help="the map's first F columns (QuantileThresholds' raw_columns; none: the indicators alone)",
+        help="the map's first F columns (QuantileThresholds' raw_columns; exact: the empirical CDF at every "
+        "training value; none: the indicators alone)",
+    )
+    parser.add_argument(
+        "--cdf-factor", type=float, default=CDF_SCALE, help="the cdf / exact columns' top value (library: sqrt(12))"
     )
     parser.add_argument("--clip", action="store_true", help="clip the test features to the training range")
     parser.add_argument(

@@ -224,7 +224,7 @@ class ThresholdInputs(nn.Module):
         std = torch.cat([values.std(0, unbiased=False), (share * (1.0 - share)).sqrt()])
         feature, cut = thresholds.live_indicators()
         std = torch.where(std > 1e-12, std, torch.ones_like(std))
-        return cls(normalizer, feature, cut, mean, std, bins=bins, raw=copy.deepcopy(thresholds.raw))
+        return cls(normalizer, feature, cut, mean, std, bins=bins, raw=thresholds.raw)  # thresholds is discarded
 
     @classmethod
     def from_thresholds(cls, normalizer: nn.Module, thresholds: QuantileThresholds) -> ThresholdInputs:

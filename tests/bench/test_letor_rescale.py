@@ -52,3 +52,10 @@ def test_a_feature_beyond_the_stated_count_is_refused_with_its_line(tmp_path):
     source.write_text(LINES[0] + "\n1 qid:1 4:0.3\n")
     with pytest.raises(ValueError, match=r"in.txt:2: feature 4 outside 1..3"):
         rescale_file(source, tmp_path / "out.txt", seed=0, n_features=3)
+
+
+def test_a_value_that_is_not_a_number_is_refused_with_its_line(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text(LINES[0] + "\n" + LINES[1] + "\n1 qid:2 2:abc\n")
+    with pytest.raises(ValueError, match=r"in.txt:3: feature 2 has no number: 'abc'"):
+        rescale_file(source, tmp_path / "out.txt", seed=0, n_features=3)

@@ -45,6 +45,8 @@ def test_rankboost_names_the_bad_option(build, message):
         (lambda: PairwisePerceptron(3).linear_weights("vote"), "linear_weights combines"),
         (lambda: PairwisePerceptronModule("perfect", n_features=3), "variant must be"),
         (lambda: PairwisePerceptronModule(n_features=3, combine="sum"), "combine must be"),
+        # refused even with feature_map=none, where it would otherwise go unread
+        (lambda: PairwisePerceptronModule(n_features=3, raw_columns="ranks"), "raw_columns must be one of"),
         (lambda: PairwisePerceptronModule(n_features=3, epochs=0), "must be >= 1"),
         (lambda: PairwisePerceptronModule(n_features=3, monitor="val/auc"), "monitor must be"),
     ],
