@@ -83,7 +83,8 @@ def trec_metrics(data: LetorData, scores: np.ndarray) -> dict[str, float]:
 
 
 def fit_ours(model: str, files: dict[str, str], workdir: Path, overrides: list[str], seed: int):
-    """Train one of our models through the pipeline; (test scores from the exported scorer, fit seconds)."""
+    """Train one of our models through the pipeline; (test scores from the exported scorer, fit seconds,
+    epochs trained)."""
     from rankers.pipeline import compose_config, train
     from rankers.score import score_file
 
@@ -97,7 +98,7 @@ def fit_ours(model: str, files: dict[str, str], workdir: Path, overrides: list[s
     )
     results = train(cfg)
     exported = out / "export" / "scorer.pt"
-    return score_file(exported, files["test"])[0], results["fit_seconds"]
+    return score_file(exported, files["test"])[0], results["fit_seconds"], results.get("epochs")
 
 
 def _group_sizes(data: LetorData) -> np.ndarray:
@@ -230,9 +231,10 @@ def evaluate_setting(files: dict[str, str], args: argparse.Namespace, workdir: P
             rows.setdefault(name, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
         fitted = {}
         for model in args.models:
-            scores, seconds = fit_ours(model, files, workdir, args.override, seed)
+            scores, seconds, epochs = fit_ours(model, files, workdir, args.override, seed)
             fitted[model] = (scores, seconds)
-            rows.setdefault(model, []).append({**trec_metrics(splits["test"], scores), "fit s": seconds})
+            row = {**trec_metrics(splits["test"], scores), "fit s": seconds, "epochs": epochs}
+            rows.setdefault(model, []).append(row)
         for blend in args.blends:
             members = blend.split("+")
             scores = sum(per_query_zscores(fitted[member][0], splits["test"]) for member in members)

@@ -110,7 +110,11 @@ class RankerModule(PassLimit, pl.LightningModule):
             queries held out for validation when no validation file is given) follows it.
         epochs_without_validation: when the run has no validation split (no file and
             ``val_fraction=0``), stop after this many epochs (None: ``trainer.max_epochs``); with a
-            validation split early stopping decides, as always.
+            validation split early stopping decides, as always. ``"cv"``: ``train.py`` chooses the
+            count by K-fold cross-validation on the training queries before the fit
+            (``rankers.epoch_selection``) and passes the integer.
+        epoch_selection: not used by the module: ``train.py``'s options for ``"cv"`` (``folds``,
+            ``max_epochs``).
 
     The training step never reads a value back from the device: the running loss is a tensor
     metric without torchmetrics' NaN check (a host sync per batch; a NaN loss still shows in the
@@ -135,10 +139,12 @@ class RankerModule(PassLimit, pl.LightningModule):
         step_loss_in_progress_bar: bool | None = None,
         input_map: str = "none",
         val_fraction: float | None = None,
-        epochs_without_validation: int | None = None,
+        epochs_without_validation: int | str | None = None,
+        epoch_selection: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only
+        epoch_selection = {str(k): int(v) for k, v in (epoch_selection or {}).items()} or None  # likewise
         self.save_hyperparameters(ignore=["scorer", "loss", "optimizer", "scheduler", "normalizer"])
         self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
         self.scorer = scorer(n_features=n_features)
@@ -197,7 +203,13 @@ class RankerModule(PassLimit, pl.LightningModule):
 
     def on_fit_start(self) -> None:
         if self._without_validation():
-            self.check_passes(self.hparams.epochs_without_validation, "model.epochs_without_validation")
+            passes = self.hparams.epochs_without_validation
+            if not isinstance(passes, int):
+                raise ValueError(
+                    f"model.epochs_without_validation={passes!r}: an integer here; 'cv' is resolved by "
+                    "train.py (rankers.pipeline.train), which chooses the count before the fit"
+                )
+            self.check_passes(passes, "model.epochs_without_validation")
 
     def _without_validation(self) -> bool:
         return bool(self.hparams.get("epochs_without_validation")) and not self.trainer.limit_val_batches

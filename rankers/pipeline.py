@@ -20,6 +20,7 @@ from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from metrics import monitor_mode, ranking_metrics
+from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,24 @@ def _refuse_divergence(model: pl.LightningModule, results: dict[str, Any], out: 
     raise RuntimeError(message)
 
 
+def _select_epochs_if_asked(cfg: DictConfig, datamodule: Any) -> EpochSelection | None:
+    """With ``model.epochs_without_validation: cv`` and no validation split, choose the epoch count by
+    K-fold cross-validation on the training queries (``rankers.epoch_selection``) and write it into
+    ``cfg.model`` (hence into the logged hyperparameters); then re-seed, so the final fit is the fit
+    an integer setting of the chosen count would make."""
+    if cfg.model.get("epochs_without_validation") != BY_CROSS_VALIDATION or getattr(datamodule, "has_validation", True):
+        return None
+    refuse_distributed(cfg)
+    options = cfg.model.get("epoch_selection") or {}
+    limit = min(int(options.get("max_epochs") or cfg.trainer.max_epochs), int(cfg.trainer.max_epochs))
+    selection = select_epochs(cfg, datamodule, folds=int(options.get("folds", 5)), max_epochs=limit)
+    log.info("epochs chosen by %d-fold CV: %d (curve %s)", selection.folds, selection.epochs, selection.curve)
+    with open_dict(cfg):
+        cfg.model.epochs_without_validation = selection.epochs
+    pl.seed_everything(cfg.seed, workers=True)
+    return selection
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
     _refuse_unused_variant(cfg)
@@ -205,6 +224,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    start = time.perf_counter()
+    selection = _select_epochs_if_asked(cfg, datamodule)
+    selection_seconds = time.perf_counter() - start  # part of the fit's cost: in fit_seconds
     model = instantiate(cfg.model, **datamodule.model_inputs())
     loggers = _instantiate_group(cfg.get("logger"))
     validating = getattr(datamodule, "has_validation", True)
@@ -227,10 +249,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val")
         if validating
         else {},
-        "fit_seconds": fit_seconds,
+        "fit_seconds": fit_seconds + selection_seconds,
         "epochs": trainer.current_epoch,
         "best_checkpoint": best,
         "seed": cfg.seed,
+        **({"epoch_selection": {**selection.as_dict(), "seconds": selection_seconds}} if selection else {}),
         "data": datamodule.statistics,
         "conventions": {
             "gain": model.hparams.get("gain", "exp2"),
