@@ -298,21 +298,31 @@ def test_an_ensemble_checkpoint_of_separate_networks_still_loads(norm):
         scorer.load_state_dict(mixed)
 
 
-def test_ranknet_listnet_trains_every_query_for_four_epochs_without_validation(make_cfg, tmp_path):
+def test_ranknet_listnet_chooses_its_epochs_by_cross_validation_without_validation(make_cfg, tmp_path):
     from datamodules.synthetic import generate_letor
     from rankers.pipeline import train
 
     files = generate_letor(tmp_path / "data", n_queries={"train": 20, "val": 4, "test": 5}, num_features=5, mean_docs=6)
     common = ["model=ranknet_listnet", "data=letor", f"data.train={files['train']}", f"data.test={files['test']}"]
     common += ["model.scorer.hidden=[8]", "trainer.max_epochs=10", "callbacks.progress_bar.refresh_rate=0"]
-    without = make_cfg(*common, out=tmp_path / "without", tiny=False)
+    selection = ["model.epoch_selection.folds=2", "model.epoch_selection.max_epochs=3"]
+    without = make_cfg(*common, *selection, out=tmp_path / "without", tiny=False)
     assert without.data.val_fraction == 0  # the model's setting reaches the datamodule
+    assert without.model.epochs_without_validation == "cv"
     results = train(without)
-    assert results["epochs"] == 4 and results["val"] == {}
+    chosen = results["epoch_selection"]
+    assert chosen["folds"] == 2 and len(chosen["curve"]) == 3
+    assert results["epochs"] == chosen["epochs"] and results["val"] == {}
+    # an integer trains every query for exactly that many epochs
+    fixed = make_cfg(*common, "model.epochs_without_validation=4", out=tmp_path / "fixed", tiny=False)
+    fixed_results = train(fixed)
+    assert fixed_results["epochs"] == 4 and "epoch_selection" not in fixed_results
     # with a validation file, early stopping (patience 6) decides: at least 7 of the 10 epochs
     given = make_cfg(*common, f"data.val={files['val']}", out=tmp_path / "given", tiny=False)
     assert train(given)["epochs"] >= 7
     # a trainer that would stop first is refused, naming the setting
-    short = make_cfg(*common[:-2], "trainer.max_epochs=2", out=tmp_path / "short", tiny=False)
+    short = make_cfg(
+        *common[:-2], "trainer.max_epochs=2", "model.epochs_without_validation=4", out=tmp_path / "short", tiny=False
+    )
     with pytest.raises(ValueError, match=r"model.epochs_without_validation=4 needs trainer.max_epochs >= 4"):
         train(short)
