@@ -5,7 +5,7 @@
     python bench/collaborative.py --devices cuda              # (default: cpu, and cuda when present)
     python bench/collaborative.py --rankboost                 # + the RankBoost row's time and rank loss
 
-Ours: ``rankers.collaborative`` runs every row (WH at four rates, PRank/PRank-VP, OAP at each tau
+Ours: ``rankers.perceptron.collaborative`` runs every row (WH at four rates, PRank/PRank-VP, OAP at each tau
 with N perceptrons) over all R trials at once. Reference: the same rows run for one trial at a
 time (R = 1 per call, the loop a first implementation writes), timed on ``--reference-trials``
 trials and scaled to R (every trial is the same work). Both on the same trials, in the same run;
@@ -30,8 +30,8 @@ from bench._timing import machine, sync
 from datamodules.ratings import HarringtonRatings, RatingTrials
 from datamodules.ratings_io import write_ratings
 from datamodules.synthetic_ratings import movielens_like
-from rankers.collaborative import oap_rows, prank_rows, widrow_hoff_rows
-from rankers.rankboost_cf import ROUNDS, rankboost_row
+from rankers.boosting.rankboost_cf import ROUNDS, rankboost_row
+from rankers.perceptron.collaborative import oap_rows, prank_rows, widrow_hoff_rows
 
 ETAS = (0.2, 0.05, 0.01, 0.001)
 

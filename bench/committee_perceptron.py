@@ -39,7 +39,7 @@ from datamodules.feature_maps import QuantileThresholds
 from datamodules.letor_io import read_letor
 from datamodules.normalization import FeatureNormalizer
 from kernels import pairwise_perceptron_cpu
-from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs
+from rankers.pairwise_perceptron.perceptron import PairwisePerceptron, pass_orders, preference_pairs
 
 K = 20
 

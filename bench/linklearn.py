@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._timing import machine, sync
 from datamodules.synthetic_text import write_synthetic_dump
 from datamodules.wikipedia import MarkupStripper, WikipediaDataModule
-from rankers.linklearn import LinkLearnModule, weight_matrix
+from rankers.linklearn.module import LinkLearnModule, weight_matrix
 from retrieval.sparse import entry_index, inverted_index, rank
 from retrieval.terms import tokenize
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datamodules.adhoc import read_collection
 from datamodules.wikipedia import WikipediaDataModule
-from rankers.linklearn import VALIDATION_KINDS, LinkLearnModule
+from rankers.linklearn.module import VALIDATION_KINDS, LinkLearnModule
 from retrieval import bm25_scores, evaluate
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._timing import machine
 from datamodules.synthetic_text import write_synthetic_dump
 from datamodules.wikipedia import WikipediaDataModule
-from rankers.linklearn import LinkLearnModule
+from rankers.linklearn.module import LinkLearnModule
 
 
 def peak_mb() -> float:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._timing import machine
 from datamodules.adhoc import read_collection
 from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump
-from rankers.linklearn import LinkLearnModule
+from rankers.linklearn.module import LinkLearnModule
 from rankers.pipeline import compose_config, train
 from retrieval import bm25_scores, evaluate
 

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import device_seconds, machine
 from kernels import prank_triton
-from rankers import perceptron
-from rankers.perceptron import PRankEnsemble
+from rankers.perceptron import ensemble as perceptron
+from rankers.perceptron.ensemble import PRankEnsemble
 
 
 def reference_stream(x: torch.Tensor, y: torch.Tensor, n: int, k: int, tau: float, generator) -> tuple:

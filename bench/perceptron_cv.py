@@ -39,7 +39,7 @@ from bench.letor_peers import folds, trec_metrics
 from datamodules.feature_maps import CDF_SCALE, QuantileThresholds, sorted_columns
 from datamodules.letor_io import LetorData, read_letor
 from datamodules.normalization import FeatureNormalizer
-from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders
+from rankers.pairwise_perceptron.perceptron import PairwisePerceptron, pass_orders
 
 
 def raw_columns_of(

@@ -10,7 +10,7 @@ against a straightforward O(pairs) RankBoost measured in the same run, and RankL
 computes the potentials by scattering D over pairs, r of every (feature, threshold) candidate as one
 ``pi @ 1[x_f > theta]`` product, and updates D pair by pair; both learners get the same candidates,
 so their first rounds must choose the same weak rankers (checked before timing). Ours is
-``rankers.rankboost``. Figures: seconds per round (median over the timed rounds, device-synced) and
+``rankers.boosting.rankboost``. Figures: seconds per round (median over the timed rounds, device-synced) and
 total fit seconds (data layout + rounds). RankLib is timed as a whole ``java -jar`` process with
 ``-ranker 2 -round R -tc T`` (``bench._ranklib``), and its saved ensemble is compared with ours fitted
 with model=rankboost's RankLib defaults: the largest score difference on the training documents and
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._ranklib import rankboost_ensemble, run_ranklib
 from bench._timing import sync
 from datamodules.letor_io import read_letor
-from rankers.rankboost import RankBoostLearner, choose_alpha, fit_rankboost, prepare
+from rankers.boosting.rankboost import RankBoostLearner, choose_alpha, fit_rankboost, prepare
 
 
 def load(path: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

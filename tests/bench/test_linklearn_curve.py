@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.linklearn_curve import main, relative_idf_corrections
-from rankers.linklearn import TermWeight
+from rankers.linklearn.module import TermWeight
 
 
 def test_title_examples_without_cloze_are_refused_before_any_data_is_read(capsys):

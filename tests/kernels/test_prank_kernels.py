@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kernels import prank_cpu, prank_triton
-from rankers import perceptron
-from rankers.perceptron import PRankEnsemble
+from rankers.perceptron import ensemble as perceptron
+from rankers.perceptron.ensemble import PRankEnsemble
 from tests.conftest import cuda_only
 
 PATHS = ["tensor", "cpu", "triton"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rankers.committee_perceptron import PairwisePerceptronModule
-from rankers.pairwise_perceptron import PairwisePerceptron
-from rankers.rankboost import RankBoostLearner, RankBoostModule, candidate_thresholds, prepare
+from rankers.boosting.rankboost import RankBoostLearner, RankBoostModule, candidate_thresholds, prepare
+from rankers.pairwise_perceptron.module import PairwisePerceptronModule
+from rankers.pairwise_perceptron.perceptron import PairwisePerceptron
 
 
 def _boost_data():

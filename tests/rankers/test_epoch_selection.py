@@ -8,9 +8,9 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 
 from datamodules.letor_io import read_letor
-from rankers.base import RankerModule
 from rankers.callbacks import EpochSeed
 from rankers.epoch_selection import best_epoch, query_folds
+from rankers.neural.module import RankerModule
 
 SMALL = ["model.scorer.hidden=[8]", "model.scorer.members=2", "callbacks.progress_bar.refresh_rate=0"]
 SELECTION = ["model.epoch_selection.folds=2", "model.epoch_selection.max_epochs=3", "trainer.max_epochs=5"]

@@ -13,8 +13,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from datamodules.letor_io import read_letor
 from datamodules.ordinal import HARRINGTON_CUTS, RatingsDataModule, RatingsFormatError, harrington_synthetic
-from rankers.harrington import table1
-from rankers.online import OnlineOrdinalModule
+from rankers.perceptron.harrington import table1
+from rankers.perceptron.module import OnlineOrdinalModule
 from rankers.pipeline import train
 from tests.conftest import ROOT
 
@@ -256,7 +256,7 @@ def test_exported_grader_reproduces_the_test_rank_loss(make_cfg, tmp_path, model
 def test_sequential_learners_refuse_ddp_by_name(world_size):
     from types import SimpleNamespace
 
-    from rankers.base import PassLimit
+    from rankers.neural.module import PassLimit
 
     module = SimpleNamespace(trainer=SimpleNamespace(world_size=world_size))
     if world_size == 1:

@@ -18,8 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from bench._ranklib import rankboost_ensemble, run_ranklib
 from datamodules.letor_io import LetorData, write_letor
 from datamodules.normalization import FeatureNormalizer
-from rankers.pipeline import train
-from rankers.rankboost import (
+from rankers.boosting.rankboost import (
     RankBoostLearner,
     RankBoostModule,
     candidate_thresholds,
@@ -29,6 +28,7 @@ from rankers.rankboost import (
     ranking_loss,
     weak_outputs,
 )
+from rankers.pipeline import train
 
 
 # --------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from datamodules.ordinal import harrington_synthetic, polynomial_features
-from rankers.perceptron import PRankEnsemble, WidrowHoff
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 
 log = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.ratings import RatingsProtocol, RatingTrials
-from rankers.harrington import rank_losses, student_t_interval
-from rankers.perceptron import PRankEnsemble, WidrowHoff
-from rankers.perceptron import _round_rank as round_rank
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
+from rankers.perceptron.ensemble import _round_rank as round_rank
+from rankers.perceptron.harrington import rank_losses, student_t_interval
 
 log = logging.getLogger(__name__)
 

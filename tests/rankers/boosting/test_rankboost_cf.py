@@ -7,10 +7,10 @@ import torch
 
 from datamodules.ratings import HarringtonRatings
 from metrics.functional import pairwise_error
-from rankers.collaborative import table2
+from rankers.boosting.rankboost_cf import grades_by_training_quantiles, rankboost_row, rankboost_scores
+from rankers.perceptron.collaborative import table2
 from rankers.pipeline import compose_config
-from rankers.rankboost_cf import grades_by_training_quantiles, rankboost_row, rankboost_scores
-from tests.rankers.test_collaborative import _ratings_file, constant_median_row
+from tests.rankers.perceptron.test_collaborative import _ratings_file, constant_median_row
 
 
 def _grades_loop(train_scores, train_y, test_scores, n_ranks):
@@ -63,7 +63,7 @@ def test_rankboost_learns_the_target_from_other_users_on_planted_similarity(tmp_
 
 def test_the_rankboost_experiment_adds_the_row(tmp_path):
     cfg = compose_config(["experiment=harrington2003_cf_rankboost"], output_dir=tmp_path)
-    assert list(cfg.harrington_cf.extra_rows) == ["rankers.rankboost_cf.rankboost_row"]
+    assert list(cfg.harrington_cf.extra_rows) == ["rankers.boosting.rankboost_cf.rankboost_row"]
     protocol = HarringtonRatings(_ratings_file(tmp_path, seed=1), trials=4)
     results = table2(datamodule=protocol, n_perceptrons=3, taus=(0.3,), extra_rows=cfg.harrington_cf.extra_rows)
     assert list(results["table"])[-1] == "RankBoost"

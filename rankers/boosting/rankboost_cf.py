@@ -17,7 +17,7 @@ training set's grade shares. The row is opt-in (its own experiment): it answers 
 stand on the same trials", and it is not one of the paper's rows.
 
 Each trial is its own learner, so trials are fitted one after the other; a round is one tensor
-operation over every (user, threshold) candidate of that trial (``rankers.rankboost``).
+operation over every (user, threshold) candidate of that trial (``rankers.boosting.rankboost``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from datamodules.ratings import RatingTrials
-from rankers.harrington import rank_losses
-from rankers.rankboost import fit_rankboost, weak_outputs
+from rankers.boosting.rankboost import fit_rankboost, weak_outputs
+from rankers.perceptron.harrington import rank_losses
 
 # boosting rounds and candidate thresholds per user for the Table 2 row (ratings take few values, so
 # the candidates are mostly every distinct rating)
@@ -70,7 +70,9 @@ def rankboost_scores(
 def rankboost_row(
     trials: RatingTrials, *, seed: int, device: torch.device, rounds: int = ROUNDS, thresholds: int = THRESHOLDS
 ) -> dict[str, Tensor]:
-    """``{"RankBoost": per-trial test rank loss [R]}`` (the ``extra_rows`` hook of ``rankers.collaborative``).
+    """``{"RankBoost": per-trial test rank loss [R]}``
+
+    The ``extra_rows`` hook of ``rankers.perceptron.collaborative``.
 
     ``seed`` is unused: RankBoost is deterministic given the trial.
     """

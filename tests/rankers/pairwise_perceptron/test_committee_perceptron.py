@@ -13,8 +13,8 @@ from datamodules.feature_maps import QuantileThresholds
 from datamodules.letor_io import read_letor
 from kernels import pairwise_perceptron_cpu
 from metrics.functional import ndcg
-from rankers.committee_perceptron import PairwisePerceptronModule, RankVoteScorer
-from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
+from rankers.pairwise_perceptron.module import PairwisePerceptronModule, RankVoteScorer
+from rankers.pairwise_perceptron.perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.pipeline import train
 
 DATA = [

@@ -29,9 +29,9 @@ from datamodules.batching import Batch
 from datamodules.feature_maps import RAW_COLUMNS, QuantileThresholds, ThresholdInputs
 from datamodules.normalization import FeatureNormalizer
 from metrics import higher_is_better, ranking_metrics
-from rankers.base import PassLimit
 from rankers.export import export_scorer
-from rankers.pairwise_perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
+from rankers.neural.module import PassLimit
+from rankers.pairwise_perceptron.perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.scorers import LinearScorer
 
 # variant -> the read-out it is scored by (None: the configured ``combine``)

@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from datamodules.adhoc import read_collection
 from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump
 from datamodules.wikipedia import WikipediaDataModule
-from rankers.linklearn import LinkLearnModule, TermWeight, entry_weights, pair_similarity, weight_matrix
+from rankers.linklearn.module import LinkLearnModule, TermWeight, entry_weights, pair_similarity, weight_matrix
 from rankers.pipeline import train
 from retrieval.sparse import entry_index
 from retrieval.terms import corpus_from_texts

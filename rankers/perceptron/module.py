@@ -14,9 +14,9 @@ from datamodules.batching import Batch, StreamBatch
 from datamodules.normalization import FeatureNormalizer
 from metrics import ranking_metrics
 from metrics.functional import rank_loss
-from rankers.base import PassLimit
 from rankers.export import export_scorer
-from rankers.perceptron import PRankEnsemble, WidrowHoff, rank_of
+from rankers.neural.module import PassLimit
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, rank_of
 from rankers.scorers import LinearScorer
 
 # algorithm -> (combination rule used for predictions, keep the hypothesis history)

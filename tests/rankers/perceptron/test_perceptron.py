@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rankers.perceptron import PRankEnsemble, WidrowHoff, rank_of
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, rank_of
 
 
 def scalar_prank(xs, ys, k):

@@ -34,7 +34,7 @@ from torchmetrics import MeanMetric
 
 from losses import linklearn_hinge
 from metrics.functional import average_precision
-from rankers.base import PassLimit
+from rankers.neural.module import PassLimit
 from retrieval.bm25 import bm25_scores, bm25_term_weight
 from retrieval.evaluation import evaluate_runs
 from retrieval.sparse import csr_contains, entry_index, inverted_index, rank, sparse_rows

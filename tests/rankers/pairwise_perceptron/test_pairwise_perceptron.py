@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankers.pairwise_perceptron import (
+from rankers.pairwise_perceptron.perceptron import (
     LOCKED,
     PairwisePerceptron,
     pass_orders,

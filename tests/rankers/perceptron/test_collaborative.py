@@ -12,7 +12,7 @@ import torch
 from datamodules.ratings import HarringtonRatings, RatingTrials
 from datamodules.ratings_io import write_ratings
 from datamodules.synthetic_ratings import movielens_like
-from rankers.collaborative import paper_order, table2, widrow_hoff_rows
+from rankers.perceptron.collaborative import paper_order, table2, widrow_hoff_rows
 from tests.conftest import ROOT
 
 # a small MovieLens-like file: ~25 users with more than 300 ratings
@@ -96,7 +96,7 @@ def test_extra_rows_plug_into_the_table(tmp_path):
         datamodule=protocol,
         n_perceptrons=4,
         taus=(0.3,),
-        extra_rows=["tests.rankers.test_collaborative.constant_median_row"],
+        extra_rows=["tests.rankers.perceptron.test_collaborative.constant_median_row"],
     )
     assert list(results["table"])[-1] == "median rank"
     assert len(results["table"]["median rank"]["per_trial"]) == 6
@@ -149,7 +149,7 @@ def test_one_trial_trains_under_train_py(make_cfg, tmp_path):
 
 def test_crammer_singer_online_run(tmp_path):
     from datamodules.ratings import CrammerSingerRatings
-    from rankers.collaborative import online_table
+    from rankers.perceptron.collaborative import online_table
 
     protocol = CrammerSingerRatings(
         _ratings_file(tmp_path, seed=7), min_ratings=160, n_rounds=150, n_test=10, trials=40

@@ -1,0 +1,5 @@
+"""RankBoost (Freund, Iyer, Schapire & Singer 2003), as RankLib builds it, and its collaborative-filtering row."""
+
+from rankers.boosting.rankboost import RankBoostModule, RankBoostScorer, fit_rankboost
+
+__all__ = ["RankBoostModule", "RankBoostScorer", "fit_rankboost"]
