@@ -105,7 +105,9 @@ def _pick_items(rng: np.random.Generator, counts: np.ndarray, log_weights: np.nd
     users, items = [], []
     for user, count in enumerate(counts):
         keys = log_weights + rng.gumbel(size=len(log_weights))
-        chosen = np.argpartition(-keys, count - 1)[:count]
+        # argpartition's order within the chosen set depends on numpy's build and the CPU's SIMD
+        # (it differed between two machines); sorting makes the data a function of the seed alone
+        chosen = np.sort(np.argpartition(-keys, count - 1)[:count])
         users.append(np.full(count, user))
         items.append(rng.permutation(chosen))
     return np.concatenate(users).astype(np.int64), np.concatenate(items).astype(np.int64)
