@@ -1,17 +1,29 @@
 """Train a ranker: ``python train.py model=lambdarank`` (see conf/ for every option)."""
 
+import logging
+
 import hydra
 import torch.distributed as dist
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
 import rankers.pipeline  # noqa: F401  (registers the config resolvers)
+from datamodules.errors import DataError
+
+log = logging.getLogger("train")
+
+# the exit status of a run refused for its input (a usage error, as argparse's 2)
+EXIT_DATA_ERROR = 2
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     try:
         results = get_method(cfg.entry)(cfg)  # rankers.pipeline.train unless an experiment says otherwise
+    except DataError as error:
+        # input that cannot be used: one line that says what and where, not a traceback from inside
+        log.error("%s", error)  # on the console and in the run's log file
+        raise SystemExit(EXIT_DATA_ERROR) from error
     finally:
         # a DDP run's gloo/NCCL group is closed here, not by the interpreter's exit, where its threads
         # were seen to abort the process ("terminate called without an active exception") after a

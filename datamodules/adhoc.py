@@ -18,13 +18,14 @@ from pathlib import Path
 
 import torch
 
+from datamodules.errors import DataError
 from retrieval.terms import Corpus, CorpusBuilder, tokenize
 from retrieval.trec import TrecFormatError, quote, read_qrels, text_lines
 
 log = logging.getLogger(__name__)
 
 
-class CollectionFormatError(TrecFormatError):
+class CollectionFormatError(TrecFormatError, DataError):
     """A collection file that cannot be used; the message names the file and line."""
 
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from datamodules.batching import DeviceBatches, QueryBatchSampler, QueryDataset, make_collate
 from datamodules.feature_maps import RAW_COLUMNS, ThresholdInputs
-from datamodules.letor_io import LetorData, read_letor, refuse_overflowing_gains
+from datamodules.letor_io import LetorData, LetorFormatError, read_letor, refuse_overflowing_gains
 from datamodules.normalization import KINDS, FeatureNormalizer
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,27 @@ def split_statistics(data: LetorData) -> dict[str, int]:
         "single_document_queries": int((lengths == 1).sum()),
         "max_list_length": int(lengths.max()) if len(lengths) else 0,
     }
+
+
+def refuse_nothing_to_learn(data: LetorData) -> None:
+    """A training split no ranker can learn from is an error here, naming the file, rather than a
+    trivial model (or an index error deep inside a learner) later: every feature constant over all
+    documents, or no query with two documents of different labels (no preference to learn)."""
+    features = data.features
+    varying = features.min(axis=0) != features.max(axis=0) if len(features) else np.zeros(0, bool)
+    if not varying.any():
+        raise LetorFormatError(
+            f"{data.path}: no feature varies: all {data.num_features} features are constant over the "
+            f"{len(data.labels)} training documents, so every ranker would score them alike; were the "
+            "features filled in when the file was exported?"
+        )
+    starts = data.offsets[:-1][data.lengths > 0]
+    spread = np.maximum.reduceat(data.labels, starts) != np.minimum.reduceat(data.labels, starts)
+    if not spread.any():
+        raise LetorFormatError(
+            f"{data.path}: no query has two documents with different labels ({data.num_queries} queries): "
+            "a ranker learns from preferences within a query, and this file has none"
+        )
 
 
 class LetorDataModule(pl.LightningDataModule):
@@ -55,7 +76,10 @@ class LetorDataModule(pl.LightningDataModule):
         n_ranks: number of grades, for the ordinal rankers (PRank, OAP) trained on this data.
         gain: the metrics' and losses' gain (``model.gain``); with ``"exp2"`` a label whose gain
             overflows float32 is refused here, naming file and line, rather than turning into NaN.
-        max_dense_gib: the largest dense feature matrix a file may make (default: half the memory).
+        max_dense_gib: the largest dense feature matrix a file may make (default: half of what the
+            process may still allocate: free memory, ``ulimit -v``, the cgroup limit).
+        max_features: keep features 1..K only; the values of higher indices are dropped and counted
+            (a warning names the first line). For files with a stray huge feature index.
         feature_map: ``none``, or ``thresholds``: the model's input is each normalized feature plus
             the indicators of its ``bins - 1`` training quantiles (the live ones), standardized
             (``datamodules.feature_maps.ThresholdInputs``, inside the model and its export).
@@ -85,6 +109,7 @@ class LetorDataModule(pl.LightningDataModule):
         n_ranks: int = 5,
         gain: str = "exp2",
         max_dense_gib: float | None = None,
+        max_features: int | None = None,
         feature_map: str = "none",
         bins: int = 32,
         raw_columns: str = "features",
@@ -112,6 +137,7 @@ class LetorDataModule(pl.LightningDataModule):
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.gain = gain
         self.max_dense_bytes = None if max_dense_gib is None else int(max_dense_gib * 2**30)
+        self.max_features = max_features
         self.splits: dict[str, LetorData] = {}
         self.tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.statistics: dict[str, dict[str, int]] = {}
@@ -135,7 +161,11 @@ class LetorDataModule(pl.LightningDataModule):
         for split, path in self.paths.items():
             if path is not None:
                 self.splits[split] = read_letor(
-                    path, zero_based=self.zero_based, cache_dir=self.cache_dir, max_dense_bytes=self.max_dense_bytes
+                    path,
+                    zero_based=self.zero_based,
+                    cache_dir=self.cache_dir,
+                    max_dense_bytes=self.max_dense_bytes,
+                    max_features=self.max_features,
                 )
         self.use_splits(self.splits)
 
@@ -144,6 +174,7 @@ class LetorDataModule(pl.LightningDataModule):
         self.splits = dict(splits)
         for data in self.splits.values():
             refuse_overflowing_gains(data, self.gain)
+        refuse_nothing_to_learn(self.splits["train"])
         if "val" not in self.splits and self.val_fraction > 0:
             self._hold_out_validation()
         width = self.num_features_option or max(data.num_features for data in self.splits.values())

@@ -29,6 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from datamodules.atomic import atomic_directory
+from datamodules.errors import DataError
+from datamodules.memory import available_memory
+
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = "2"
@@ -50,23 +54,12 @@ QUOTE_LIMIT = 40
 _STREAM_ERRORS = (EOFError, OSError, zlib.error)
 
 
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 32 << 30
-
-
-# the dense [documents, features] float32 matrix may take at most this much memory by default
-DEFAULT_MAX_DENSE_BYTES = _physical_memory() // 2
-
-
 def _quote(text: str) -> str:
     """``repr`` of ``text``, cut to ``QUOTE_LIMIT`` characters."""
     return repr(text) if len(text) <= QUOTE_LIMIT else repr(text[:QUOTE_LIMIT]) + f"... ({len(text)} characters)"
 
 
-class LetorFormatError(ValueError):
+class LetorFormatError(DataError):
     """A LETOR file that cannot be read; the message names the file and line."""
 
 
@@ -122,27 +115,33 @@ def read_letor(
     zero_based: bool = False,
     cache_dir: str | os.PathLike | None = None,
     max_dense_bytes: int | None = None,
+    max_features: int | None = None,
 ) -> LetorData:
     """Read one LETOR file (plain, ``.gz`` or ``.bz2``), through the cache when ``cache_dir`` is set.
 
     ``zero_based=False`` (LETOR, MSLR, Yahoo, Istella) maps feature ``i`` to column ``i - 1``.
-    ``max_dense_bytes`` bounds the dense ``[documents, features]`` float32 matrix (default: half the
-    machine's memory): one stray huge feature index is an error naming its line, not a MemoryError.
-    Raises ``FileNotFoundError`` or ``LetorFormatError`` naming file and line.
+    ``max_dense_bytes`` bounds the dense ``[documents, features]`` float32 matrix (default: half of
+    what this process may still allocate: free memory, ``ulimit -v`` and the cgroup limit, the
+    smallest): one stray huge feature index is an error naming its line, not a MemoryError.
+    ``max_features=K`` keeps features 1..K (0..K-1 when zero-based) and drops the values of higher
+    indices, with a warning that counts them. Raises ``FileNotFoundError`` or ``LetorFormatError``
+    naming file and line.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"LETOR file not found: {path}")
-    cache = _cache_path(path, zero_based, cache_dir) if cache_dir is not None else None
+    if max_features is not None and max_features < 1:
+        raise ValueError(f"max_features must be >= 1, got {max_features}")
+    cache = _cache_path(path, zero_based, cache_dir, max_features) if cache_dir is not None else None
     if cache is not None and (cache / "done").exists():
         return _load_cache(cache, str(path))
-    data = _parse(path, zero_based, DEFAULT_MAX_DENSE_BYTES if max_dense_bytes is None else max_dense_bytes)
+    data = _parse(path, zero_based, max_dense_bytes, max_features)
     if cache is not None:
         _save_cache(data, cache)
     return data
 
 
-def _parse(path: Path, zero_based: bool, max_dense_bytes: int) -> LetorData:
+def _parse(path: Path, zero_based: bool, max_dense_bytes: int | None, max_features: int | None) -> LetorData:
     from sklearn.datasets import load_svmlight_file
 
     if path.stat().st_size == 0:
@@ -160,8 +159,9 @@ def _parse(path: Path, zero_based: bool, max_dense_bytes: int) -> LetorData:
         raise LetorFormatError(f"{path}: no data lines (only blank lines or comments)")
     if len(qids) != matrix.shape[0]:  # sklearn accepts lines without qid and returns fewer qids
         raise diagnose(path, zero_based) or LetorFormatError(f"{path}: some lines have no qid")
-    _check_dense_size(path, matrix, max_dense_bytes, zero_based)
-    features = matrix.toarray().astype(np.float32, copy=False)
+    if max_features is not None and matrix.shape[1] > max_features:
+        matrix = _drop_features_above(path, matrix, max_features, zero_based)
+    features = _dense(path, matrix, max_dense_bytes, zero_based)
     with np.errstate(over="ignore"):  # a label beyond float32 becomes inf and is reported by line below
         labels = labels.astype(np.float32)
     qids = qids.astype(np.int64)
@@ -245,20 +245,54 @@ def _copy_normalized(source: io.BufferedIOBase, target: io.BufferedIOBase) -> No
         target.write(b"\n")
 
 
-def _check_dense_size(path: Path, matrix, max_dense_bytes: int, zero_based: bool) -> None:
-    """Refuse a dense matrix above ``max_dense_bytes``, naming the line with the largest index."""
+def _drop_features_above(path: Path, matrix, max_features: int, zero_based: bool):
+    """``matrix`` cut to its first ``max_features`` columns; the values cut are counted in a warning."""
+    kept = matrix[:, :max_features]
+    dropped = matrix.nnz - kept.nnz
+    if dropped:
+        first_row = int(np.flatnonzero(np.diff(matrix.indptr) != np.diff(kept.indptr))[0])
+        log.warning(
+            "%s: data.max_features=%d drops %d value(s) of higher feature indices (the first on line %d)",
+            path,
+            max_features,
+            dropped,
+            data_line_number(path, first_row),
+        )
+    return kept
+
+
+def _dense(path: Path, matrix, max_dense_bytes: int | None, zero_based: bool) -> np.ndarray:
+    """``matrix`` as a dense float32 array, refused by name (file, line, feature index) when it would
+    not fit in ``max_dense_bytes`` (default: half of what this process may still allocate)."""
+    budget = available_memory()
+    limit, why = (
+        (
+            budget.bytes // 2,
+            f"half of the {budget.bytes / 2**30:.1f} GiB this process may still use, set by its {budget.limited_by}",
+        )
+        if max_dense_bytes is None
+        else (max_dense_bytes, "max_dense_bytes / data.max_dense_gib")
+    )
     needed = matrix.shape[0] * matrix.shape[1] * 4
-    if needed <= max_dense_bytes:
-        return
+    if needed > limit:
+        raise _too_large(path, matrix, needed, f"above the limit of {limit / 2**30:.1f} GiB ({why})", zero_based)
+    try:
+        return matrix.toarray().astype(np.float32, copy=False)
+    except MemoryError as error:  # the estimate was too kind: still an error that says where and why
+        raise _too_large(path, matrix, needed, "more than this process could allocate", zero_based) from error
+
+
+def _too_large(path: Path, matrix, needed: int, reason: str, zero_based: bool) -> LetorFormatError:
     position = int(np.argmax(matrix.indices))
     row = int(np.searchsorted(matrix.indptr, position, side="right")) - 1
-    used = len(np.unique(matrix.indices))
-    raise LetorFormatError(
+    columns = np.unique(matrix.indices)
+    second = int(columns[-2]) + (not zero_based) if len(columns) > 1 else None
+    hint = f"data.max_features={second} keeps every other feature" if second else "data.max_features=K keeps 1..K"
+    return LetorFormatError(
         f"{path}:{data_line_number(path, row)}: feature index {matrix.indices[position] + (not zero_based)} makes "
-        f"the dense "
-        f"feature matrix {matrix.shape[0]} x {matrix.shape[1]} float32 = {needed / 2**30:.1f} GiB, above the "
-        f"limit of {max_dense_bytes / 2**30:.1f} GiB (read_letor(max_dense_bytes=...)); the file uses only "
-        f"{used} distinct feature columns"
+        f"the dense feature matrix {matrix.shape[0]} x {matrix.shape[1]} float32 = {needed / 2**30:.1f} GiB, "
+        f"{reason}; the file uses only {len(columns)} distinct feature columns. To read it: {hint} "
+        "(the values beyond are dropped and counted), or fix that line"
     )
 
 
@@ -420,9 +454,10 @@ def write_letor(path: str | os.PathLike, data: LetorData, doc_ids: list[str] | N
     Path(path).write_text("\n".join(lines) + "\n")
 
 
-def _cache_path(path: Path, zero_based: bool, cache_dir: str | os.PathLike) -> Path:
+def _cache_path(path: Path, zero_based: bool, cache_dir: str | os.PathLike, max_features: int | None) -> Path:
     stat = path.stat()
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{zero_based}|{CACHE_VERSION}"
+    key += f"|{max_features}" if max_features is not None else ""
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
     return Path(cache_dir) / f"{path.name}.{digest}"
 
@@ -431,10 +466,11 @@ _ARRAYS = ("features", "labels", "qids", "offsets")
 
 
 def _save_cache(data: LetorData, cache: Path) -> None:
-    cache.mkdir(parents=True, exist_ok=True)
-    for name in _ARRAYS:
-        np.save(cache / f"{name}.npy", getattr(data, name))
-    (cache / "done").touch()  # written last: a cache interrupted mid-write is never read
+    # built in a private folder, then renamed: processes sharing the cache never see a partial one
+    with atomic_directory(cache) as partial:
+        for name in _ARRAYS:
+            np.save(partial / f"{name}.npy", getattr(data, name))
+        (partial / "done").touch()
 
 
 def _load_cache(cache: Path, source: str) -> LetorData:

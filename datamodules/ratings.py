@@ -171,6 +171,7 @@ class RatingsProtocol(OrdinalStreamDataModule):
         take = first[:, None] + np.arange(needed)
         self.histories = table.items[order][take]  # [U, needed]
         self.history_ranks = scale.ranks(table.ratings[order][take])
+        sharing_none = self._refuse_no_shared_items(table, qualifying)
         self.table, self.scale, self.qualifying = table, scale, qualifying
         self.statistics["data"] = {
             **table.statistics,
@@ -178,9 +179,46 @@ class RatingsProtocol(OrdinalStreamDataModule):
             "qualifying_users": len(qualifying),
             "min_ratings": self.min_ratings,
             "feature_density": float((self.features != 0).mean()),
+            "users_sharing_no_item": sharing_none,
         }
         log.info("%s: %s", self.path, self.statistics["data"])
         return scale
+
+    def _refuse_no_shared_items(self, table: RatingsTable, qualifying: np.ndarray) -> int:
+        """The other users' ratings of an item are its features: if no qualifying user's history
+        holds an item another qualifying user rated, every trial's features are all zero and there is
+        nothing to learn. Refused, naming the file and the settings that would change it; a partial
+        overlap is reported: the number of qualifying users who share none of their items."""
+        needed = self.stream_length + self.test_length
+        rows = np.isin(table.users, qualifying)
+        raters = np.bincount(table.items[rows], minlength=len(table.item_ids))  # qualifying raters per item
+        order = table.chronological()
+        order = order[np.isin(table.users[order], qualifying)]
+        first = np.searchsorted(table.users[order], qualifying)
+        history_items = table.items[order][first[:, None] + np.arange(needed)]  # [U, needed]
+        shared = (raters[history_items] >= 2).sum(axis=1)  # per qualifying user
+        if not shared.any():
+            # would admitting users below the threshold help? items of these histories that they rated
+            everyone = np.bincount(table.items, minlength=len(table.item_ids))
+            rated_by_others = int((everyone[history_items] > raters[history_items]).sum())
+            raise RatingsFormatError(
+                f"{self.path}: no qualifying user (of {len(qualifying)} who rated {self.min_ratings} items or more) "
+                f"shares an item of its first {needed} with another, so every item's features (the other users' "
+                f"ratings) are empty and there is nothing to learn. Users below the threshold rated "
+                f"{rated_by_others} of these items: lower data.min_ratings (with data.n_items and data.n_train, "
+                "which it must cover) to admit them, or use a file where users rate common items"
+            )
+        alone = int((shared == 0).sum())
+        if alone:
+            log.warning(
+                "%s: %d of %d qualifying users share none of their first %d items with another; "
+                "a trial drawing one of them as target has only empty features",
+                self.path,
+                alone,
+                len(qualifying),
+                needed,
+            )
+        return alone
 
     def trials(self, indices: range | list[int] | None = None) -> RatingTrials:
         """Trials ``indices`` (default all ``trials``) as one set of ``[R, T, d]`` tensors."""

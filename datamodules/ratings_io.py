@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from datamodules.errors import DataError
+
 log = logging.getLogger(__name__)
 
 BOM = b"\xef\xbb\xbf"
@@ -48,7 +50,7 @@ _TO_SPACE = bytes.maketrans(b",\t\x0b\x0c", b"    ")
 _SPACE, _NEWLINE, _HASH = 32, 10, 35
 
 
-class RatingsFormatError(ValueError):
+class RatingsFormatError(DataError):
     """A ratings file that cannot be read; the message names the file and line."""
 
 

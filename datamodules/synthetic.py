@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datamodules.atomic import atomic_path
 from datamodules.letor import LetorDataModule
 
 # share of documents with label 0, 1, 2, 3, 4
@@ -59,9 +60,8 @@ def write_split(
         for i in range(length):
             values = " ".join(f"{j + 1}:{v:.5f}" for j, v in enumerate(raw[i]))
             lines.append(f"{labels[i]} qid:{qid} {values} # docid = Q{qid}-D{i}\n")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(lines))
-    tmp.replace(path)  # atomic: a half-written file is never read
+    with atomic_path(path) as partial:  # processes on several nodes may write the same file at once
+        partial.write_text("".join(lines))
 
 
 def generate_letor(
@@ -89,7 +89,8 @@ def generate_letor(
             )
         files[split] = str(path)
         first_qid += n_queries[split]
-    (folder / "params.json").write_text(json.dumps(params, indent=1))
+    with atomic_path(folder / "params.json") as partial:
+        partial.write_text(json.dumps(params, indent=1))
     return files
 
 

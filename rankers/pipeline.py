@@ -253,6 +253,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "epochs": trainer.current_epoch,
         "best_checkpoint": best,
         "seed": cfg.seed,
+        "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
         **({"epoch_selection": {**selection.as_dict(), "seconds": selection_seconds}} if selection else {}),
         "data": datamodule.statistics,
         "conventions": {

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datamodules.atomic import atomic_path
 from datamodules.wikipedia.dump import WikipediaFormatError, iter_pages
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
 from retrieval.terms import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
@@ -162,15 +163,14 @@ def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_article
         return _load(cached)
     linked = parse_dump(path, max_articles=max_articles)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_name(cached.name + ".partial.npz")
     extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
     extra["names"] = np.frombuffer("\n".join(linked.names).encode(), np.uint8)
     extra["sentence_owner"] = linked.sentence_owner
     for name, queries in (("titles", linked.titles), ("leads", linked.leads), ("sentences", linked.sentences)):
         extra.update({f"{name}_offsets": queries.offsets, f"{name}_term_ids": queries.term_ids})
         extra.update({f"{name}_tfs": queries.tfs, f"{name}_lengths": queries.lengths})
-    save_corpus(partial, linked.corpus, **extra)
-    partial.rename(cached)  # atomic: a killed run leaves no half-written cache
+    with atomic_path(cached) as partial:  # a killed run or a second process sees no half-written cache
+        save_corpus(partial, linked.corpus, **extra)
     return linked
 
 

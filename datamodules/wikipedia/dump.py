@@ -8,8 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from datamodules.errors import DataError
 
-class WikipediaFormatError(ValueError):
+
+class WikipediaFormatError(DataError):
     """A dump that cannot be used; the message names the file (and line where known)."""
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import logging
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -12,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.letor_io import LetorFormatError, read_doc_ids, read_letor
+from tests.conftest import ROOT
 
 GOOD = """# a header comment
 2 qid:10 1:0.5 3:1.5 # docid = A
@@ -227,3 +231,35 @@ def test_round_trip_with_any_line_end_mark_and_compression(tmp_path_factory, spe
     np.testing.assert_array_equal(data.features, np.array([r[2] for r in rows], dtype=np.float32))
     np.testing.assert_array_equal(data.labels, [r[0] for r in rows])
     assert read_doc_ids(path) == [f"d{number}" for number in range(len(rows))]
+
+
+def test_the_size_guard_respects_the_address_space_limit(tmp_path):
+    """Under ``ulimit -v`` (RLIMIT_AS), as batch schedulers set it, the guard measures what this
+    process may still map, not the machine's RAM: an error naming line, index and the fix, not a
+    bare MemoryError."""
+    lines = [f"{q % 3} qid:{q} 1:0.5 2:0.25" for q in range(200)]
+    lines.insert(26, "0 qid:26 3:1 10000000:0.5")
+    path = write(tmp_path, "\n".join(lines) + "\n")  # 201 x 10M float32 = 7.5 GiB dense
+    script = (
+        "import os, resource, sys\n"
+        "from datamodules.letor_io import read_letor\n"
+        "used = int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (used + (1 << 30), resource.RLIM_INFINITY))\n"
+        f"read_letor({str(path)!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("datamodules.letor_io.LetorFormatError: ") and "MemoryError" not in done.stderr
+    assert f"{path}:27: feature index 10000000" in last and "address-space limit (ulimit -v)" in last
+    assert "data.max_features=3" in last
+
+
+def test_max_features_drops_higher_indices_and_counts_them(tmp_path, caplog):
+    path = write(tmp_path, "1 qid:1 1:0.5 2:0.25\n0 qid:1 1:0.1 9:3 12:1\n1 qid:2 2:0.5 12:4\n")
+    with caplog.at_level(logging.WARNING):
+        data = read_letor(path, max_features=2)
+    assert data.num_features == 2
+    np.testing.assert_array_equal(data.features, np.float32([[0.5, 0.25], [0.1, 0], [0, 0.5]]))
+    assert "max_features=2 drops 3 value(s) of higher feature indices (the first on line 2)" in caplog.text
+    assert read_letor(path, max_features=20).num_features == 12  # nothing above: nothing dropped

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -102,3 +104,67 @@ def test_ddp_on_two_cpu_processes_finishes_with_the_single_process_metrics(tmp_p
     single = trainer.test(model, datamodule=datamodule, ckpt_path=results["best_checkpoint"], verbose=False)[0]
     for name, value in results["test"].items():
         assert value == pytest.approx(single[f"test/{name}"], abs=1e-6), name
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _torchrun_node(rank: int, port: int, overrides: list[str], out, log) -> subprocess.Popen:
+    """One 'node' of a two-node launch on localhost, as a cluster's two machines would run it."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+        "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+        "train.py", "trainer=ddp", "trainer.num_nodes=2", "trainer.devices=1", "trainer.accelerator=cpu",
+        *overrides, f"hydra.run.dir={out}",
+    ]  # fmt: skip
+    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+TWO_NODE_DATA = [
+    "trainer.max_epochs=1",
+    "data.n_train_queries=64",
+    "data.n_val_queries=16",
+    "data.n_test_queries=16",
+    "data.mean_docs=8",
+    "data.num_features=6",
+    "model.scorer.hidden=[8]",
+    "callbacks.progress_bar.refresh_rate=0",
+]
+
+
+@pytest.mark.slow
+def test_two_nodes_sharing_one_data_directory_run_as_one_world(tmp_path):
+    # issue 33: both nodes prepared the same synthetic files at once and one died (FileNotFoundError)
+    shared, port = tmp_path / "shared-data", _free_port()
+    overrides = [*TWO_NODE_DATA, f"paths.data_dir={shared}"]
+    outs = [tmp_path / f"node{rank}" for rank in range(2)]
+    logs = [open(tmp_path / f"node{rank}.log", "w") for rank in range(2)]  # noqa: SIM115
+    nodes = [_torchrun_node(rank, port, overrides, outs[rank], logs[rank]) for rank in range(2)]
+    codes = [node.wait(timeout=480) for node in nodes]
+    text = [(tmp_path / f"node{rank}.log").read_text() for rank in range(2)]
+    assert codes == [0, 0], text[0][-2000:] + text[1][-2000:]
+    results = json.loads((outs[0] / "results.json").read_text())
+    assert results["world_size"] == 2 and results["num_nodes"] == 2
+    # written once, by the global rank 0: node 1 leaves its log only
+    assert not (outs[1] / "results.json").exists() and not (outs[1] / "export").exists()
+    assert sorted(p.name for p in (outs[0] / "export").iterdir()) == ["meta.json", "scorer.onnx", "scorer.pt"]
+    assert not [p for p in shared.rglob("*") if ".partial" in p.name]
+
+
+@pytest.mark.slow
+def test_a_node_that_fails_at_start_up_ends_the_other_within_the_timeout(tmp_path):
+    # issue 33: node 0 waited for node 1 for Lightning's 30 minutes; now trainer.strategy.timeout
+    port, started = _free_port(), time.monotonic()
+    good = ["data.n_train_queries=32", f"paths.data_dir={tmp_path / 'data'}", "trainer.strategy.timeout.seconds=20"]
+    logs = [open(tmp_path / f"node{rank}.log", "w") for rank in range(2)]  # noqa: SIM115
+    node0 = _torchrun_node(0, port, good, tmp_path / "node0", logs[0])
+    node1 = _torchrun_node(
+        1, port, ["data=letor", f"data.train={tmp_path / 'missing.txt'}"], tmp_path / "node1", logs[1]
+    )
+    assert node1.wait(timeout=240) != 0
+    assert node0.wait(timeout=240) != 0  # ended by the process-group timeout, not left hanging
+    assert time.monotonic() - started < 200
+    assert "missing.txt" in (tmp_path / "node1.log").read_text()
