@@ -51,6 +51,20 @@ def polynomial_features(x: torch.Tensor, degree: int = 2) -> torch.Tensor:
     return torch.cat([x.square(), cross, math.sqrt(2) * x, torch.ones_like(x[..., :1])], -1)
 
 
+def refuse_nothing_to_learn(features: torch.Tensor, ranks: torch.Tensor, *, source: str, hint: str = "") -> None:
+    """A training stream ``features [T, d]``, ``ranks [T]`` with no example, no feature that varies or
+    a single rank teaches nothing: a ``RatingsFormatError`` (a ``DataError``) naming ``source``."""
+    if len(ranks) == 0:
+        problem = "no training example"
+    elif features.shape[1] == 0 or not bool((features != features[:1]).any()):
+        problem = f"no feature varies over the {len(ranks)} training examples ({features.shape[1]} features)"
+    elif bool((ranks == ranks[0]).all()):
+        problem = f"all {len(ranks)} training examples have the same rank ({int(ranks[0])})"
+    else:
+        return
+    raise RatingsFormatError(f"{source}: {problem}: nothing to learn from" + (f"; {hint}" if hint else ""))
+
+
 class OrdinalStreamDataModule(pl.LightningDataModule):
     """A training stream and val/test sets of ``(x [d], y in 0..k-1)``, served in stream order."""
 
@@ -71,7 +85,12 @@ class OrdinalStreamDataModule(pl.LightningDataModule):
     def build_normalizer(self) -> FeatureNormalizer:
         return FeatureNormalizer("none", num_features=self.num_features)
 
-    def _finish(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def _finish(
+        self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]], *, source: str = "", hint: str = ""
+    ) -> None:
+        """Adopt the splits; a training stream with nothing to learn from is refused, naming ``source``
+        and, in ``hint``, the settings that would change it."""
+        refuse_nothing_to_learn(*splits["train"], source=source, hint=hint)
         self.splits = splits
         for name, (_features, y) in splits.items():
             counts = {f"rank_{r}": int((y == r).sum()) for r in range(self.n_ranks)}
@@ -130,7 +149,7 @@ class HarringtonSyntheticDataModule(OrdinalStreamDataModule):
                 size, torch.Generator().manual_seed(self.data_seed * 10 + offset), noise=self.noise
             )
             splits[name] = (polynomial_features(x, self.kernel_degree) if self.kernel_degree else x, y)
-        self._finish(splits)
+        self._finish(splits, source="Harrington's synthetic data")
 
 
 class RatingsDataModule(OrdinalStreamDataModule):
@@ -211,7 +230,12 @@ class RatingsDataModule(OrdinalStreamDataModule):
         n_val = max(1, round(self.fractions[0] * len(items)))
         n_test = max(1, round(self.fractions[1] * len(items)))
         parts = {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
-        self._finish({name: (torch.from_numpy(x[idx]), torch.from_numpy(y[idx])) for name, idx in parts.items()})
+        self._finish(
+            {name: (torch.from_numpy(x[idx]), torch.from_numpy(y[idx])) for name, idx in parts.items()},
+            source=f"{self.path}, target user {table.user_ids[target]}",
+            hint=f"its items' features are the {len(kept)} other users who rated at least data.min_common="
+            f"{self.min_common} of them; pick another data.target_user or lower data.min_common",
+        )
         self.statistics["data"] = table.statistics
         log.info(
             "ratings: target user %s, %d items, %d other users as features",

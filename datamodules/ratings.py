@@ -276,7 +276,11 @@ class RatingsProtocol(OrdinalStreamDataModule):
         train = (one.train_x[0], one.train_y[0])
         test = (one.test_x[0], one.test_y[0]) if one.test_y.shape[1] else train
         # no validation items in either paper: validation reports the training stream (never the test)
-        self._finish({"train": train, "val": train, "test": test})
+        self._finish(
+            {"train": train, "val": train, "test": test},
+            source=f"{self.path}, trial {self.trial} (target user {one.targets[0]})",
+            hint="pick another data.trial (data.data_seed draws the targets)",
+        )
         log.info("trial %d: target user %s", self.trial, one.targets[0])
 
 

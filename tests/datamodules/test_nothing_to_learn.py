@@ -7,9 +7,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from datamodules.letor import LetorDataModule
 from datamodules.letor_io import LetorFormatError
+from datamodules.ordinal import RatingsDataModule, refuse_nothing_to_learn
 from datamodules.ratings import HarringtonRatings
 from datamodules.ratings_io import RatingsFormatError
 from tests.conftest import ROOT
@@ -71,3 +73,25 @@ def test_train_py_ends_with_one_line_that_says_what_and_where(tmp_path, override
     )
     assert done.returncode == 2
     assert f"{train}: no feature varies" in done.stdout.strip().splitlines()[-1] and "Traceback" not in done.stdout
+
+
+def test_a_target_user_sharing_no_item_with_anyone_is_refused(tmp_path):
+    path = tmp_path / "ratings.tsv"
+    rows = [f"{u}\t{u * 1000 + i}\t{i % 5 + 1}\n" for u in range(3) for i in range(30)]
+    path.write_text("".join(rows))
+    with pytest.raises(RatingsFormatError, match=r"ratings.tsv, target user 0: no feature varies .* \(0 features\)"):
+        RatingsDataModule(str(path)).setup()
+
+
+@pytest.mark.parametrize(
+    ("features", "ranks", "problem"),
+    [
+        (torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), "no training example"),
+        (torch.ones(5, 3), torch.arange(5), "no feature varies over the 5 training examples"),
+        (torch.randn(5, 3), torch.full((5,), 2), "all 5 training examples have the same rank"),
+    ],
+)
+def test_an_ordinal_stream_with_nothing_to_learn_is_refused(features, ranks, problem):
+    with pytest.raises(RatingsFormatError, match=rf"^src: {problem}.*nothing to learn from; try this$"):
+        refuse_nothing_to_learn(features, ranks, source="src", hint="try this")
+    refuse_nothing_to_learn(torch.eye(2), torch.arange(2), source="src")  # enough: no error
