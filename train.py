@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 import rankers.pipeline  # noqa: F401  (registers the config resolvers)
 from datamodules.errors import DataError
+from rankers.quiet import quiet_third_party
 
 log = logging.getLogger("train")
 
@@ -18,6 +19,7 @@ EXIT_DATA_ERROR = 2
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    quiet_third_party()
     try:
         results = get_method(cfg.entry)(cfg)  # rankers.pipeline.train unless an experiment says otherwise
     except DataError as error:

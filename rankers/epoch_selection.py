@@ -115,7 +115,7 @@ def select_epochs(cfg: DictConfig, datamodule: Any, *, folds: int, max_epochs: i
 def refuse_distributed(cfg: DictConfig) -> None:
     """The selection's fits run one after another in this process; a DDP trainer would relaunch them."""
     devices, strategy = cfg.trainer.get("devices", 1), str(cfg.trainer.get("strategy", ""))
-    if "ddp" in strategy or devices not in (1, "1", None):
+    if "ddp" in strategy.lower() or devices not in (1, "1", None) or cfg.trainer.get("num_nodes", 1) not in (1, "1"):
         raise ValueError(
             "model.epochs_without_validation=cv chooses the epoch count with fits in one process: run it "
             f"with trainer.devices=1 (not {devices}, strategy {strategy!r}), give data.val=..., or set an "

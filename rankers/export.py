@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
+from rankers.quiet import quiet_third_party
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ def export_scorer(
 
 
 def _export_onnx(module: nn.Module, example: Tensor, path: str) -> None:
+    quiet_third_party()  # the exporter's torchvision notices and torch's LeafSpec deprecation
     for name in ("onnx_ir", "onnxscript", "torch.onnx"):
         logging.getLogger(name).setLevel(logging.WARNING)
     documents = torch.export.Dim("documents", min=1, max=1 << 20)

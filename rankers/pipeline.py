@@ -21,6 +21,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from metrics import monitor_mode, ranking_metrics
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
+from rankers.report import write_report
 
 log = logging.getLogger(__name__)
 
@@ -280,5 +281,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         results.update(extra_results(out))
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
+        _write_report(out, results, cfg)
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
     return results
+
+
+def _write_report(out: Path, results: dict[str, Any], cfg: DictConfig) -> None:
+    """``report.png``; a plot that fails is a warning, never a failed run that trained."""
+    try:
+        path = write_report(out, results, title=f"{cfg.get('task_name', 'train')}: {cfg.model.get('_target_', '')}")
+    except Exception as error:
+        log.warning("no report.png: %s: %s", type(error).__name__, error)
+        return
+    if path is not None:
+        log.info("report: %s", path)

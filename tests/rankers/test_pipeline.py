@@ -39,6 +39,7 @@ def test_run_writes_results_export_and_tensorboard(make_cfg, tmp_path):
         tags |= set(accumulator.Tags()["scalars"])
     assert {"train/loss_step", "train/loss_epoch", "val/ndcg@10", "val/ndcg@10_best", "val/map"} <= tags
     assert (out / "tensorboard" / "hparams.yaml").exists()
+    assert (out / "report.png").read_bytes().startswith(b"\x89PNG")  # the run at a glance
 
 
 def test_exported_scorers_match_the_framework(make_cfg, tmp_path):
