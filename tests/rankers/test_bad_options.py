@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rankers.boosting.rankboost import RankBoostLearner, RankBoostModule, candidate_thresholds, prepare
+from rankers.boosting.module import RankBoostModule
+from rankers.boosting.rankboost import RankBoostLearner, candidate_thresholds, prepare
 from rankers.pairwise_perceptron.module import PairwisePerceptronModule
 from rankers.pairwise_perceptron.perceptron import PairwisePerceptron
 

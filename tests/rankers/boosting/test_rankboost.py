@@ -18,9 +18,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from bench._ranklib import rankboost_ensemble, run_ranklib
 from datamodules.letor_io import LetorData, write_letor
 from datamodules.normalization import FeatureNormalizer
+from rankers.boosting.module import RankBoostModule
 from rankers.boosting.rankboost import (
     RankBoostLearner,
-    RankBoostModule,
     candidate_thresholds,
     exp_loss,
     fit_rankboost,
