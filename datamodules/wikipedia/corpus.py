@@ -9,6 +9,7 @@ Links are resolved through redirects (up to 5 hops) into an undirected graph bet
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -58,7 +59,8 @@ def sentences(text: str, *, limit: int = SENTENCES, min_tokens: int = MIN_TOKENS
     to ``LEAD_TOKENS``: ``[[token, ...], ...]``. Splits at ``.!?`` followed by white space, as
     ``lead_sentence``; a token never spans two sentences, so every list is part of ``tokenize(text)``."""
     out, begin = [], 0
-    for end in [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]:
+    ends = itertools.chain((m.end() for m in SENTENCE_END.finditer(text)), [len(text)])  # lazy: stop at limit
+    for end in ends:
         tokens = tokenize(text[begin:end])
         begin = end
         if len(tokens) >= min_tokens:
@@ -149,18 +151,36 @@ def resolve_links(
 
 
 def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None) -> LinkedCorpus:
-    """``parse_dump`` with a cache keyed by the file's path, size, mtime, the parse options and the tokenizer."""
+    """A dump (``parse_dump``) or a linked-corpus folder (``folder.read_linked_folder``), with a cache
+    keyed by the path, the size and mtime of the file (of every file of the folder), the parse options
+    and the tokenizer."""
+    # imported here: the folder reader builds on this module's LinkedCorpus
+    from datamodules.wikipedia.folder import folder_key, read_linked_folder
+
     path = Path(path)
+    is_folder = path.is_dir()
     if cache_dir is None:
-        return parse_dump(path, max_articles=max_articles)
-    if not path.is_file():
-        raise WikipediaFormatError(f"{path}: no such file")
-    stat = path.stat()
-    key = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, max_articles, CACHE_VERSION, TOKENIZER])
+        return (
+            read_linked_folder(path, max_articles=max_articles)
+            if is_folder
+            else parse_dump(path, max_articles=max_articles)
+        )
+    if is_folder:
+        identity = folder_key(path)
+    elif path.is_file():
+        stat = path.stat()
+        identity = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    else:
+        raise WikipediaFormatError(f"{path}: no such file or folder")
+    key = json.dumps([identity, max_articles, CACHE_VERSION, TOKENIZER])
     cached = Path(cache_dir) / f"{path.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
     if cached.exists():
         return _load(cached)
-    linked = parse_dump(path, max_articles=max_articles)
+    linked = (
+        read_linked_folder(path, max_articles=max_articles)
+        if is_folder
+        else parse_dump(path, max_articles=max_articles)
+    )
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_name(cached.name + ".partial.npz")
     extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
