@@ -395,6 +395,60 @@ def wikispeedia(src, out, *, fraction=0.2, n_queries=150, min_relevant=3, seed=0
     write(out / "wsp_cat", docs, {q: queries[q] for q in cat_qrels}, cat_qrels)
 
 
+def debian_packages(man_dir, out, *, min_relevant=3):
+    """``pkgman``: the long description of each installed Debian package (``/var/lib/dpkg/status``) is a
+    verbose query whose relevant documents are its man pages in ``man_dir`` (topical, several relevant)."""
+    man_dir = Path(man_dir)
+    docs = dict(line.split("\t", 1) for line in (man_dir / "docs.tsv").read_text().splitlines())
+    descriptions, package, lines = {}, None, []
+    for line in Path("/var/lib/dpkg/status").read_text(errors="replace").splitlines() + [""]:
+        if line.startswith("Package: "):
+            package = line.split()[1]
+        elif line.startswith("Description: "):
+            lines = [line[len("Description: ") :]]
+        elif line.startswith(" ") and lines:
+            lines.append("" if line.strip() == "." else line.strip())
+        elif lines:
+            descriptions[package] = " ".join(lines)
+            lines = []
+    queries, qrels = {}, {}
+    for name, text in sorted(descriptions.items()):
+        listing = Path(f"/var/lib/dpkg/info/{name}.list")
+        if not listing.exists():
+            listing = next(iter(sorted(Path("/var/lib/dpkg/info").glob(f"{name}:*.list"))), listing)
+        if not listing.exists():
+            continue
+        pages = {
+            Path(entry).name.removesuffix(".gz")
+            for entry in listing.read_text(errors="replace").splitlines()
+            if entry.startswith("/usr/share/man/man")
+        }
+        relevant = {page: 1 for page in sorted(pages) if page in docs}
+        if len(relevant) >= min_relevant and len(text.split()) >= 8:
+            queries[name], qrels[name] = text, relevant
+    write(out, docs, queries, qrels)
+
+
+def python_modules(doc_dir, out, *, min_relevant=3):
+    """``pymod``: each module's docstring (its first 100 words) is a verbose query whose relevant documents
+    are the docstrings of that module's functions and classes in ``doc_dir`` (topical, several relevant)."""
+    doc_dir = Path(doc_dir)
+    docs = dict(line.split("\t", 1) for line in (doc_dir / "docs.tsv").read_text().splitlines())
+    members = {}
+    for key in docs:
+        members.setdefault(key.rsplit(".", 1)[0], []).append(key)
+    queries, qrels = {}, {}
+    for module, keys in sorted(members.items()):
+        try:
+            text = inspect.getdoc(importlib.import_module(module)) or ""
+        except Exception:
+            continue
+        text = " ".join(text.split()[:100])
+        if len(keys) >= min_relevant and len(text.split()) >= 8:
+            queries[module], qrels[module] = text, {key: 1 for key in keys}
+    write(out, docs, queries, qrels)
+
+
 if __name__ == "__main__":
     import warnings
 
@@ -404,6 +458,8 @@ if __name__ == "__main__":
     docstrings(target / "doc")
     verbose_variant(target / "man", target / "manv")
     verbose_variant(target / "doc", target / "docv")
+    debian_packages(target / "man", target / "pkgman")
+    python_modules(target / "doc", target / "pymod")
     wikispeedia_folder = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikispeedia"
     if wikispeedia_folder.is_dir():
         wikispeedia(wikispeedia_folder, target)

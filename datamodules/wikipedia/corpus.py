@@ -70,9 +70,10 @@ def sentences(text: str, *, limit: int = SENTENCES, min_tokens: int = MIN_TOKENS
     return out
 
 
-def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCorpus:
+def parse_dump(path: str | Path, *, max_articles: int | None = None, max_tokens: int | None = None) -> LinkedCorpus:
     """Stream the dump once: tokens, title and lead sentence per article, link targets, redirects;
-    then resolve the links. Counts of what was kept and skipped are in ``statistics``."""
+    then resolve the links. Counts of what was kept and skipped are in ``statistics``.
+    ``max_tokens`` keeps each article's first N tokens as its text (an abstract-length document)."""
     builder, titles, leads, pieces = CorpusBuilder(), CorpusBuilder(), CorpusBuilder(), CorpusBuilder()
     titles.vocabulary = leads.vocabulary = pieces.vocabulary = builder.vocabulary  # one growing vocabulary
     owners: list[int] = []
@@ -97,7 +98,7 @@ def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCo
             names.append(normalize_title(item.title))
             targets.append(stripper.links(item.text))
             text = stripper.strip(item.text)
-            builder.add(tokenize(text))
+            builder.add(tokenize(text)[:max_tokens])
             titles.add(tokenize(item.title))
             leads.add(tokenize(lead_sentence(text))[:LEAD_TOKENS])
             for tokens in sentences(text):
@@ -150,7 +151,9 @@ def resolve_links(
     return edges, counts
 
 
-def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None) -> LinkedCorpus:
+def load_or_parse(
+    path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None, max_tokens: int | None = None
+) -> LinkedCorpus:
     """A dump (``parse_dump``) or a linked-corpus folder (``folder.read_linked_folder``), with a cache
     keyed by the path, the size and mtime of the file (of every file of the folder), the parse options
     and the tokenizer."""
@@ -161,9 +164,9 @@ def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_article
     is_folder = path.is_dir()
     if cache_dir is None:
         return (
-            read_linked_folder(path, max_articles=max_articles)
+            read_linked_folder(path, max_articles=max_articles, max_tokens=max_tokens)
             if is_folder
-            else parse_dump(path, max_articles=max_articles)
+            else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
         )
     if is_folder:
         identity = folder_key(path)
@@ -172,14 +175,14 @@ def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_article
         identity = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
     else:
         raise WikipediaFormatError(f"{path}: no such file or folder")
-    key = json.dumps([identity, max_articles, CACHE_VERSION, TOKENIZER])
+    key = json.dumps([identity, max_articles, max_tokens, CACHE_VERSION, TOKENIZER])
     cached = Path(cache_dir) / f"{path.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
     if cached.exists():
         return _load(cached)
     linked = (
-        read_linked_folder(path, max_articles=max_articles)
+        read_linked_folder(path, max_articles=max_articles, max_tokens=max_tokens)
         if is_folder
-        else parse_dump(path, max_articles=max_articles)
+        else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
     )
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_name(cached.name + ".partial.npz")

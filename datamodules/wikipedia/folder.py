@@ -201,7 +201,8 @@ def lead_of(body: str) -> str:
 class Articles:
     """Articles kept so far: bags of words of text, title, lead and sentences over one vocabulary."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int | None = None) -> None:
+        self.max_tokens = max_tokens
         self.texts = CorpusBuilder()
         self.titles, self.leads, self.pieces = CorpusBuilder(), CorpusBuilder(), CorpusBuilder()
         self.titles.vocabulary = self.leads.vocabulary = self.pieces.vocabulary = self.texts.vocabulary
@@ -211,7 +212,7 @@ class Articles:
     def add(self, name: str, title: str, body: str, tokens: list[str]) -> None:
         """Add an article: ``tokens`` are ``tokenize(body)``."""
         self.names.append(name)
-        self.texts.add(tokens)
+        self.texts.add(tokens[: self.max_tokens])
         self.titles.add(tokenize(title))
         self.leads.add(tokenize(lead_of(body))[:LEAD_TOKENS])
         for tokens in sentences(body):
@@ -233,11 +234,14 @@ class Articles:
         )
 
 
-def read_linked_folder(folder: str | Path, *, max_articles: int | None = None) -> LinkedCorpus:
+def read_linked_folder(
+    folder: str | Path, *, max_articles: int | None = None, max_tokens: int | None = None
+) -> LinkedCorpus:
     """A Wikispeedia or generic linked-corpus folder as a ``LinkedCorpus`` (see the module docstring).
 
     Articles keep the order of ``articles.tsv`` / ``docs.tsv``; ``max_articles`` keeps the first N
-    (links to the others are counted). Raises ``LinkedCorpusFormatError`` (file and line) for what
+    (links to the others are counted); ``max_tokens`` keeps each article's first N tokens as its text
+    (an abstract-length document; title, lead and sentences are unchanged). Raises ``LinkedCorpusFormatError`` (file and line) for what
     cannot be read and when no link joins two kept articles.
 
     Example:
@@ -256,9 +260,9 @@ def read_linked_folder(folder: str | Path, *, max_articles: int | None = None) -
     skips = Skips()
     statistics = {"articles_listed": 0, "articles_beyond_max": 0, "boilerplate_lines": 0}
     if kind == WIKISPEEDIA:
-        articles, names = _wikispeedia_articles(folder, max_articles, skips, statistics)
+        articles, names = _wikispeedia_articles(folder, Articles(max_tokens), max_articles, skips, statistics)
     else:
-        articles, names = _generic_articles(folder, max_articles, skips, statistics)
+        articles, names = _generic_articles(folder, Articles(max_tokens), max_articles, skips, statistics)
     statistics["articles"] = len(articles.names)
     if not articles.names:
         skips.report(folder)
@@ -286,11 +290,11 @@ SKIP_KINDS = (
 
 
 def _wikispeedia_articles(
-    folder: Path, max_articles: int | None, skips: Skips, statistics: dict[str, int]
+    folder: Path, articles: Articles, max_articles: int | None, skips: Skips, statistics: dict[str, int]
 ) -> tuple[Articles, dict[str, int | None]]:
     """Read ``articles.tsv`` and each listed text; ``names``: decoded name -> article index (None: dropped)."""
     listing, texts = folder / "articles.tsv", folder / "plaintext_articles"
-    articles, names, first_line = Articles(), {}, {}
+    names, first_line = {}, {}
     listed_files = set()
     for number, line in data_lines(listing):
         raw = line.strip()
@@ -333,11 +337,11 @@ def _wikispeedia_articles(
 
 
 def _generic_articles(
-    folder: Path, max_articles: int | None, skips: Skips, statistics: dict[str, int]
+    folder: Path, articles: Articles, max_articles: int | None, skips: Skips, statistics: dict[str, int]
 ) -> tuple[Articles, dict[str, int | None]]:
     """Read ``docs.tsv``; ``names``: id -> article index (None: dropped)."""
     path = folder / "docs.tsv"
-    articles, names, first_line = Articles(), {}, {}
+    names, first_line = {}, {}
     for number, line in data_lines(path):
         if "\t" not in line:
             raise LinkedCorpusFormatError(f"{path}:{number}: expected 'id<TAB>text', got {quote(line)}")

@@ -56,11 +56,12 @@ VALIDATION_KINDS = {"document": 0, "title": 1, "lead": 2, "cloze": 3}
 
 class LinkLearnModule(PassLimit, pl.LightningModule):
     """Trains ``TermWeight`` on ``[B, 3 + K]`` examples ``(query row, d, l+, l-...)``; validates on the
-    linked-documents retrieval task; ranks an ad-hoc collection with itself, its start and BM25.
+    linked-documents retrieval task; ranks ad-hoc collections with itself, its start and BM25.
 
     Args:
         task: ``datamodules.wikipedia.LinkTask`` (term features, links, split), from ``model_inputs()``.
-        collection: an ad-hoc ``datamodules.adhoc.Collection`` to rank after training, or None.
+        collections: ``{name: datamodules.adhoc.Collection}`` to rank after training (may be empty).
+        collection: one collection (the older argument; the same as ``collections={"": collection}``).
         bm25: ``{"k1": .., "b": ..}`` of the BM25 baseline (validation and collection).
         hidden: hidden units of each MLP; start, k1, b, idf_power: the start (``TermWeight``).
         margin: hinge margin relative to the start's sim(q, l+); regularization: weight of the
@@ -72,6 +73,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         self,
         *,
         task: Any = None,
+        collections: dict[str, Any] | None = None,
         collection: Any = None,
         bm25: dict[str, float] | None = None,
         hidden: int = 8,
@@ -93,11 +95,14 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         if unknown or not validation:
             raise ValueError(f"model.validation: {sorted(unknown) or 'empty'}; choose among {sorted(VALIDATION_KINDS)}")
         validation = [str(kind) for kind in validation]
-        self.save_hyperparameters(ignore=["optimizer", "task", "collection"])
+        self.save_hyperparameters(ignore=["optimizer", "task", "collection", "collections"])
         self.term_weight = TermWeight(hidden, start=start, k1=k1, b=b, idf_power=idf_power)
         self.margin, self.regularization, self.monitor = margin, regularization, monitor
         self.optimizer_factory = optimizer
-        self.task, self.collection = task, collection
+        self.task = task
+        self.collections = dict(collections or {})
+        if collection is not None:
+            self.collections[""] = collection
         self.bm25 = bm25
         self.validation_kinds = {name: VALIDATION_KINDS[name] for name in validation}
         self.val_maps = nn.ModuleList([MeanMetric() for _ in self.validation_kinds])
@@ -252,19 +257,28 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         return collection_scores(self.term_weight, documents, queries, corrected=corrected, device=self.device)
 
     def extra_results(self, out_dir: str | Path) -> dict[str, Any]:
-        """``{"adhoc": ...}``: the collection ranked by the trained model, its untrained start and BM25,
-        with run files under ``out_dir/runs`` (empty without a collection). ``rankers.pipeline`` calls it."""
-        if self.collection is None:
+        """``{"adhoc": ...}``: each collection ranked by the trained model, its untrained start and BM25
+        (map, p@10, r_precision, ndcg@10 each), run files under ``out_dir/runs``. One collection gives
+        the flat ``{"statistics", "linklearn", "start", "bm25"}``; several give that per collection name
+        (run files under ``out_dir/runs/<name>``). Empty without a collection; ``rankers.pipeline`` calls it."""
+        if not self.collections:
             return {}
-        c = self.collection
+        out = {name: self.evaluate_collection(c, Path(out_dir) / "runs" / name) for name, c in self.collections.items()}
+        if len(out) == 1:
+            return {"adhoc": next(iter(out.values()))}
+        return {"adhoc": out}
+
+    def evaluate_collection(self, collection: Any, runs_dir: Path) -> dict[str, Any]:
+        """``{"statistics", "linklearn", "start", "bm25"}`` measures of one collection, run files in ``runs_dir``."""
+        c = collection
         runs = {
             "linklearn": self.score_collection(c.documents, c.queries),
             "start": self.score_collection(c.documents, c.queries, corrected=False),
             "bm25": bm25_scores(c.documents, c.queries, **self.bm25),
         }
-        results: dict[str, Any] = evaluate_runs(runs, c.labels, c.query_ids, c.doc_ids, Path(out_dir) / "runs")
+        results: dict[str, Any] = evaluate_runs(runs, c.labels, c.query_ids, c.doc_ids, runs_dir)
         results["bm25"].update(self.bm25)
-        return {"adhoc": {"statistics": c.statistics, **results}}
+        return {"statistics": c.statistics, **results}
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``term_weight.pt`` (TorchScript ``f(tf, idf, len)``) and ``meta.json`` (how to score with it)."""
