@@ -401,7 +401,7 @@ def debian_packages(man_dir, out, *, min_relevant=3):
     man_dir = Path(man_dir)
     docs = dict(line.split("\t", 1) for line in (man_dir / "docs.tsv").read_text().splitlines())
     descriptions, package, lines = {}, None, []
-    for line in Path("/var/lib/dpkg/status").read_text(errors="replace").splitlines() + [""]:
+    for line in [*Path("/var/lib/dpkg/status").read_text(errors="replace").splitlines(), ""]:
         if line.startswith("Package: "):
             package = line.split()[1]
         elif line.startswith("Description: "):

@@ -16,8 +16,8 @@ epoch; ``folder`` reads corpora whose links are not inline (Wikispeedia's layout
 
 from datamodules.wikipedia.corpus import LinkedCorpus, lead_sentence, load_or_parse, parse_dump, resolve_links
 from datamodules.wikipedia.datamodule import LinkedCorpusDataModule, WikipediaDataModule
-from datamodules.wikipedia.folder import LinkedCorpusFormatError, read_linked_folder
 from datamodules.wikipedia.dump import Page, WikipediaFormatError, iter_pages
+from datamodules.wikipedia.folder import LinkedCorpusFormatError, read_linked_folder
 from datamodules.wikipedia.graph import adjacency, split_graph
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
 from datamodules.wikipedia.sampling import LinkExamples
@@ -39,9 +39,9 @@ __all__ = [
     "hard_negatives",
     "iter_pages",
     "lead_sentence",
+    "limit_training_links",
     "load_or_parse",
     "normalize_title",
-    "limit_training_links",
     "parse_dump",
     "read_linked_folder",
     "resolve_links",

@@ -108,7 +108,10 @@ class LinkedCorpusDataModule(pl.LightningDataModule):
             return
         # read first: a broken collection fails before hours of training
         self.collections = {name: read_collection(folder) for name, folder in self.adhoc_dirs.items()}
-        linked = [load_or_parse(path, self.cache_dir, max_articles=self.max_articles, max_tokens=self.max_tokens) for path in self.paths]
+        linked = [
+            load_or_parse(path, self.cache_dir, max_articles=self.max_articles, max_tokens=self.max_tokens)
+            for path in self.paths
+        ]
         self.task = build_task(
             linked, val_fraction=self.val_fraction, max_val_queries=self.max_val_queries, seed=self.data_seed
         )

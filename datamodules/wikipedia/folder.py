@@ -241,7 +241,8 @@ def read_linked_folder(
 
     Articles keep the order of ``articles.tsv`` / ``docs.tsv``; ``max_articles`` keeps the first N
     (links to the others are counted); ``max_tokens`` keeps each article's first N tokens as its text
-    (an abstract-length document; title, lead and sentences are unchanged). Raises ``LinkedCorpusFormatError`` (file and line) for what
+    (an abstract-length document; title, lead and sentences are unchanged). Raises
+    ``LinkedCorpusFormatError`` (file and line) for what
     cannot be read and when no link joins two kept articles.
 
     Example:

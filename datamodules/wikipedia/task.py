@@ -146,6 +146,7 @@ def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queri
         "train_docs": len(train_docs),
         "val_docs": len(val_docs),
         "edges_kept": len(all_edges),
+        "train_links": int((~is_val_all[all_edges[:, 0]]).sum()) if len(all_edges) else 0,
         "edges_crossing_split_removed": int(sum(len(d.edges) for d in linked) - len(all_edges)),
         "train_anchors": int((degree[~is_val_all] > 0).sum()),
         "mean_links_train": float(degree[~is_val_all].mean()) if (~is_val_all).any() else 0.0,
