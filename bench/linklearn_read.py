@@ -1,4 +1,4 @@
-"""Reading a linked-corpus folder: seconds for thousands of text files, against the floor of reading and tokenizing them.
+"""Reading a linked-corpus folder: seconds for thousands of text files, against the floor of reading + tokenizing.
 
     python bench/linklearn_read.py                                   # 5,000 synthetic Wikispeedia-layout files
     python bench/linklearn_read.py --folder ../shared/data/wikispeedia
@@ -43,7 +43,7 @@ def write_folder(folder: Path, n_articles: int, tokens: int, links: int, seed: i
     names = [f"Article_{i}_é" for i in range(n_articles)]
     texts = folder / "plaintext_articles"
     texts.mkdir(parents=True)
-    for i, name in enumerate(names):
+    for name in names:
         words = vocabulary[rng.choice(len(vocabulary), tokens, p=zipf)]
         lines = [" ".join(words[j : j + 12]) for j in range(0, tokens, 12)]
         body = "".join(f"   {line}.\n" + ("\n" if k % 6 == 5 else "") for k, line in enumerate(lines))
@@ -87,7 +87,8 @@ def main() -> None:
         wall, used = time.perf_counter() - wall, cpu() - used
         stats = linked.statistics
         print(
-            f"| folder | articles | links | MB | read_linked_folder s (CPU s) | MB/s | floor s (read + tokenize) | x floor |\n"
+            "| folder | articles | links | MB | read_linked_folder s (CPU s) | MB/s | floor s (read + tokenize) "
+            "| x floor |\n"
             f"|---|---:|---:|---:|---:|---:|---:|---:|\n"
             f"| {args.folder or 'synthetic'} | {stats['articles']:,} | {stats['links']:,} | {size:.0f} | "
             f"{wall:.1f} ({used:.1f}) | {size / wall:.1f} | {floor_seconds:.1f} | {wall / floor_seconds:.2f} |"

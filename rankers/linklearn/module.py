@@ -1,24 +1,16 @@
-"""LinkLearn (Grangier & Bengio, NIPS'05 LTR workshop): a term weighting learned from hyperlinks.
+"""LinkLearn (Grangier & Bengio, NIPS'05 LTR workshop): the LightningModule that trains, validates and exports it.
 
-    python train.py model=linklearn data=wikipedia data.path=dump.xml.bz2 data.adhoc_dir=collection/
+    python train.py model=linklearn data=linked_corpus data.path=../shared/data/wikispeedia 'data.adhoc_dir=[a,b]'
 
-Similarity (eq. 2-3): ``sim(a, b) = sum_i f(tf_ia, idf_i, len_a) * f(tf_ib, idf_i, len_b)`` over the
-terms a and b share, with ``f = start(tf, idf, len) * MLP1(tf) * MLP2(idf) * MLP3(len)``: the three
-single-input MLPs of eq. 3, each ``exp`` of a tanh network whose output starts at 0, refine a fixed
-start instead of replacing it. The default start is Okapi BM25's saturation with ``idf ** 0.75`` on
-each side (``idf ** 1.5`` per shared term), which ranks held-out collections at least as well as BM25
-before any training (docs/linklearn.md). Cost (eq. 7) ``|m - sim(q, l+) + sim(q, l-)|_+`` on examples
-with l+ linked to d and l- not, q being d itself (the paper) or a short pseudo-query drawn from d
-(its title or lead sentence), averaged over the negatives; ``m`` is relative to the start's
-similarity of q and l+, so long and short queries weigh alike and scaling f up cannot buy margin.
-A penalty ``regularization * mean(log MLP_k ** 2)`` pulls the MLPs back to 1 (to the start).
+The math (``TermWeight`` ``f = start * MLP1(tf) * MLP2(idf) * MLP3(len)``, ``pair_similarity``, the
+relative hinge of eq. 7 and ``link_loss``, ``collection_scores``) lives in ``rankers.linklearn.model``.
+This module feeds it batches of link examples ``(query row, d, l+, l-...)``, validates on the paper's
+linked-documents retrieval task (each validation article, its title or its lead a query, its links
+relevant; ``val/map``, with ``val/map_start`` and ``val/map_bm25`` beside it), ranks the ad-hoc
+collections with the trained model, its untrained start and BM25, and exports ``f`` (TorchScript).
 
 Epoch 0 trains nothing: it validates the start, so the checkpoint callback keeps the start unless a
-trained epoch beats it on validation (``val/map``; ``val/map_start`` and ``val/map_bm25`` beside it).
-
-Each MLP is evaluated only on the distinct values of its input over the corpus (the paper's trick;
-``TermFeatures.tensors`` codes every entry once), gathered back to the (document, term) entries;
-pair similarities are sparse intersections of the sorted term lists.
+trained epoch beats it on validation (the safety net).
 """
 
 from __future__ import annotations
