@@ -250,15 +250,16 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
 
     def extra_results(self, out_dir: str | Path) -> dict[str, Any]:
         """``{"adhoc": ...}``: each collection ranked by the trained model, its untrained start and BM25
-        (map, p@10, r_precision, ndcg@10 each), run files under ``out_dir/runs``. One collection gives
-        the flat ``{"statistics", "linklearn", "start", "bm25"}``; several give that per collection name
-        (run files under ``out_dir/runs/<name>``). Empty without a collection; ``rankers.pipeline`` calls it."""
+        (map, p@10, r_precision, ndcg@10 each). One collection gives the flat ``{"statistics",
+        "linklearn", "start", "bm25"}`` and run files under ``out_dir/runs``; several give that per
+        collection name, run files under ``out_dir/runs/<name>``. Empty without a collection;
+        ``rankers.pipeline`` calls it."""
         if not self.collections:
             return {}
-        out = {name: self.evaluate_collection(c, Path(out_dir) / "runs" / name) for name, c in self.collections.items()}
-        if len(out) == 1:
-            return {"adhoc": next(iter(out.values()))}
-        return {"adhoc": out}
+        runs = Path(out_dir) / "runs"
+        if len(self.collections) == 1:  # today's flat form and run files
+            return {"adhoc": self.evaluate_collection(next(iter(self.collections.values())), runs)}
+        return {"adhoc": {name: self.evaluate_collection(c, runs / name) for name, c in self.collections.items()}}
 
     def evaluate_collection(self, collection: Any, runs_dir: Path) -> dict[str, Any]:
         """``{"statistics", "linklearn", "start", "bm25"}`` measures of one collection, run files in ``runs_dir``."""
