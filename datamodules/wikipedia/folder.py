@@ -87,9 +87,8 @@ class Skips:
 
     def report(self, folder: Path) -> None:
         for kind, count in self.counts.items():
-            log.warning(
-                "%s: %d %s skipped (first: %s)", folder, count, kind.replace("_", " "), "; ".join(self.places[kind])
-            )
+            shown = "; ".join(self.places[kind])
+            log.warning("%s: %d %s skipped (first: %s)", folder, count, SKIP_LABELS.get(kind, kind), shown)
 
 
 def decode_text(path: Path, raw: bytes) -> str:
@@ -279,6 +278,15 @@ def read_linked_folder(
     return articles.build(edges, statistics)
 
 
+SKIP_LABELS = {
+    "links_unknown_article": "links to unknown articles",
+    "links_of_dropped_articles": "links of articles without text",
+    "self_links": "self-links",
+    "duplicate_links": "repeated links",
+    "articles_without_text_file": "articles without a text file",
+    "articles_with_empty_text": "articles with an empty text",
+    "text_files_not_listed": "text files no article lists",
+}
 SKIP_KINDS = (
     "links_unknown_article",
     "links_of_dropped_articles",

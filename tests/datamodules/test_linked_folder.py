@@ -131,7 +131,7 @@ def test_unknown_articles_missing_and_empty_texts_are_counted_and_logged(tmp_pat
     assert stats["links_unknown_article"] == 1 and stats["links_of_dropped_articles"] == 2
     assert stats["articles_without_text_file"] == 1 and stats["articles_with_empty_text"] == 1
     assert stats["text_files_not_listed"] == 1 and stats["articles_listed"] == 4
-    assert "links.tsv:5" in caplog.text and "1 links unknown article skipped" in caplog.text  # file and line
+    assert "links.tsv:5" in caplog.text and "1 links to unknown articles skipped" in caplog.text  # file and line
     assert "Stray.txt" in caplog.text and "articles.tsv:5" in caplog.text
 
 
