@@ -2,6 +2,13 @@
 
     python bench/linklearn_curve.py --dump DUMP.xml.bz2 --collection DIR [--collection DIR ...] \
         [--epochs 10] [--lr 0.001] [--regularization 1.0] [--cloze 1] [--margin 0.5] [--seed 0]
+    python bench/linklearn_curve.py --dump CORPUS_FOLDER --collection DIR ... --lr 0.003 --regularization 0.1 \
+        [--max-tokens 200] [--negative-sampling degree] [--val-fraction 0.2] [--max-train-links 10000] \
+        [--passes 3] [--eval-epochs 0,2]
+
+``--dump`` takes any corpus ``data=linked_corpus`` reads (a dump or a linked-corpus folder). After
+each evaluated epoch it prints validation MAP per query kind, each collection's MAP / BM25, their
+mean, and the learned factors ``MLP1(tf)``, ``MLP2(idf)``, ``MLP3(len)`` at a few inputs.
 
 Two ablations the module does not offer (docs/linklearn.md), applied to this run's objects only:
 ``--idf-input relative`` feeds the idf factor ``idf / log N`` (the corpus's largest idf) instead of
@@ -76,6 +83,20 @@ def add_title_examples(examples, mode: str) -> None:
     examples.cloze_examples = with_titles
 
 
+def factor_shapes(term_weight) -> str:
+    """The learned factors at a few inputs: ``MLP1`` at tf 1, 2, 5, 20; ``MLP2`` at idf 0.5 .. 8; ``MLP3``
+    at relative length 0.1 .. 3 (all 1 for the untrained start)."""
+    with torch.no_grad():
+        tf = term_weight.tf_mlp.on_values(torch.log1p(torch.tensor([1.0, 2, 5, 20]))).exp()
+        idf = term_weight.idf_mlp.on_values(torch.tensor([0.5, 1, 2, 4, 6, 8])).exp()
+        length = term_weight.len_mlp.on_values(torch.log1p(torch.tensor([0.1, 0.3, 1, 3]))).exp()
+    show = " ".join
+    return (
+        f"MLP1(tf 1,2,5,20) {show(f'{v:.2f}' for v in tf)}; MLP2(idf .5,1,2,4,6,8) {show(f'{v:.2f}' for v in idf)}; "
+        f"MLP3(len .1,.3,1,3) {show(f'{v:.2f}' for v in length)}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dump", action="append", default=[])
@@ -88,6 +109,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--query-kinds", default="document,title,lead")
     parser.add_argument("--negatives", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=None, help="data.max_tokens")
+    parser.add_argument("--negative-sampling", default="uniform", help="data.negative_sampling")
+    parser.add_argument("--val-fraction", type=float, default=0.5, help="data.val_fraction")
+    parser.add_argument("--max-train-links", type=int, default=None, help="data.max_train_links")
+    parser.add_argument("--passes", type=int, default=1, help="passes over the training anchors per epoch")
+    parser.add_argument("--eval-epochs", default="", help="evaluate only after these epochs, e.g. 0,2")
+    parser.add_argument("--cache-dir", default=None, help="parse cache (data.cache_dir)")
     parser.add_argument("--no-links", action="store_true", help="inverse-cloze examples only (an ablation)")
     parser.add_argument("--freeze", default="", help="factors kept at 1, e.g. idf or tf,len")
     parser.add_argument("--idf-input", choices=["raw", "relative"], default="raw", help="relative: idf / log N")
@@ -100,10 +128,15 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     datamodule = WikipediaDataModule(
         args.dump,
+        cache_dir=args.cache_dir,
         cloze=args.cloze,
         query_kinds=args.query_kinds.split(","),
         negatives=args.negatives,
         data_seed=args.seed,
+        max_tokens=args.max_tokens,
+        negative_sampling=args.negative_sampling,
+        val_fraction=args.val_fraction,
+        max_train_links=args.max_train_links,
     )
     datamodule.setup()
     model = LinkLearnModule(**datamodule.model_inputs(), margin=args.margin, regularization=args.regularization)
@@ -120,16 +153,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.title_examples != "off":
         add_title_examples(examples, args.title_examples)
     names = [c.name for c in args.collection]
-    print(f"# {datamodule.statistics['train_anchors']} link anchors, {len(examples.cloze_anchors)} cloze anchors")
+    stats = datamodule.statistics
+    print(
+        f"# {stats['train_links']} training links, {stats['train_anchors']} link anchors, "
+        f"{len(examples.cloze_anchors)} cloze anchors"
+    )
     print("| epoch | " + " | ".join(f"val {k}" for k in VALIDATION_KINDS) + " | " + " | ".join(names) + " | mean |")
     print("|---" * (len(VALIDATION_KINDS) + len(names) + 2) + "|")
     for epoch in range(args.epochs + 1):
-        if epoch:
+        for _ in range(args.passes if epoch else 0):
             for batch in examples:
                 loss, _ = model.example_loss(batch)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+        if args.eval_epochs and str(epoch) not in args.eval_epochs.split(","):
+            continue
         val = validation_maps(model)
         ratios = [
             evaluate(model.score_collection(c.documents, c.queries), c.labels)["map"] / base
@@ -144,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
             + f" | {mean:.4f} |",
             flush=True,
         )
+        print(f"# factors after epoch {epoch}: {factor_shapes(model.term_weight)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -318,6 +318,137 @@ def verbose_variant(src, out, seed=0):
     write(out, docs, newq, {q: qrels["q_" + q] for q in newq})
 
 
+def lead_section(body, max_words=200):
+    """The paragraphs before the first heading (a line that is not indented) of a Wikispeedia body: an abstract."""
+    kept = []
+    for line in body.split("\n"):
+        if line.strip() and not line.startswith(" "):
+            if kept:
+                break
+            continue
+        kept.append(line)
+    return " ".join(" ".join(kept).split()[:max_words])
+
+
+def wikispeedia(src, out, *, fraction=0.2, n_queries=150, min_relevant=3, seed=0):
+    """Classic-like collections from Wikispeedia articles held out of training, and the training corpus without them.
+
+    ``out/wikispeedia_train``: the Wikispeedia layout without the held-out articles and their links
+    (texts are read from ``src``). Of the held-out articles, ``n_queries`` are query articles and the
+    rest documents, each represented by its lead section (the paragraphs before the first heading, at
+    most 200 words: an abstract). The query is the lead sentence of a query article (a verbose,
+    sentence-long query). ``wsp_links``: relevant are the documents linked with the query article;
+    ``wsp_cat``: the documents sharing one of its most specific Wikispeedia subject categories
+    (topical relevance, which training never sees).
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from datamodules.wikipedia.folder import lead_of, split_wikispeedia_text
+
+    src, out = Path(src), Path(out)
+    names = [
+        line for line in (src / "articles.tsv").read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
+    links = [
+        tuple(line.split("\t"))
+        for line in (src / "links.tsv").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    categories = {}
+    for line in (src / "categories.tsv").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, path = line.split("\t")
+            categories.setdefault(name, set()).add(path)
+    rng = random.Random(seed)
+    held = set(rng.sample(names, round(fraction * len(names))))
+    train = out / "wikispeedia_train"
+    train.mkdir(parents=True, exist_ok=True)
+    (train / "articles.tsv").write_text("".join(n + "\n" for n in names if n not in held))
+    (train / "links.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in links if a not in held and b not in held))
+    if not (train / "plaintext_articles").exists():
+        (train / "plaintext_articles").symlink_to((src / "plaintext_articles").resolve())
+    texts = {}
+    for name in sorted(held):
+        _, body, _ = split_wikispeedia_text((src / "plaintext_articles" / f"{name}.txt").read_text())
+        texts[name] = (lead_section(body), lead_of(body))
+    neighbours = {}
+    for a, b in links:
+        if a in held and b in held and a != b:
+            neighbours.setdefault(a, set()).add(b)
+            neighbours.setdefault(b, set()).add(a)
+    held_sorted = sorted(held)
+    rng.shuffle(held_sorted)
+    candidates = [n for n in held_sorted if len(neighbours.get(n, ())) >= 2 * min_relevant]
+    query_articles = set(candidates[:n_queries])
+    docs = {n: texts[n][0] for n in sorted(held - query_articles) if len(texts[n][0].split()) >= 20}
+    queries = {n: texts[n][1] for n in sorted(query_articles)}
+    link_qrels, cat_qrels = {}, {}
+    for q in sorted(query_articles):
+        raw = q
+        linked = {d: 1 for d in neighbours.get(raw, ()) if d in docs}
+        if len(linked) >= min_relevant:
+            link_qrels[q] = linked
+        leaves = categories.get(raw, set())
+        same = {d: 1 for d in docs if categories.get(d, set()) & leaves}
+        if len(same) >= min_relevant:
+            cat_qrels[q] = same
+    write(out / "wsp_links", docs, {q: queries[q] for q in link_qrels}, link_qrels)
+    write(out / "wsp_cat", docs, {q: queries[q] for q in cat_qrels}, cat_qrels)
+
+
+def debian_packages(man_dir, out, *, min_relevant=3):
+    """``pkgman``: the long description of each installed Debian package (``/var/lib/dpkg/status``) is a
+    verbose query whose relevant documents are its man pages in ``man_dir`` (topical, several relevant)."""
+    man_dir = Path(man_dir)
+    docs = dict(line.split("\t", 1) for line in (man_dir / "docs.tsv").read_text().splitlines())
+    descriptions, package, lines = {}, None, []
+    for line in [*Path("/var/lib/dpkg/status").read_text(errors="replace").splitlines(), ""]:
+        if line.startswith("Package: "):
+            package = line.split()[1]
+        elif line.startswith("Description: "):
+            lines = [line[len("Description: ") :]]
+        elif line.startswith(" ") and lines:
+            lines.append("" if line.strip() == "." else line.strip())
+        elif lines:
+            descriptions[package] = " ".join(lines)
+            lines = []
+    queries, qrels = {}, {}
+    for name, text in sorted(descriptions.items()):
+        listing = Path(f"/var/lib/dpkg/info/{name}.list")
+        if not listing.exists():
+            listing = next(iter(sorted(Path("/var/lib/dpkg/info").glob(f"{name}:*.list"))), listing)
+        if not listing.exists():
+            continue
+        pages = {
+            Path(entry).name.removesuffix(".gz")
+            for entry in listing.read_text(errors="replace").splitlines()
+            if entry.startswith("/usr/share/man/man")
+        }
+        relevant = {page: 1 for page in sorted(pages) if page in docs}
+        if len(relevant) >= min_relevant and len(text.split()) >= 8:
+            queries[name], qrels[name] = text, relevant
+    write(out, docs, queries, qrels)
+
+
+def python_modules(doc_dir, out, *, min_relevant=3):
+    """``pymod``: each module's docstring (its first 100 words) is a verbose query whose relevant documents
+    are the docstrings of that module's functions and classes in ``doc_dir`` (topical, several relevant)."""
+    doc_dir = Path(doc_dir)
+    docs = dict(line.split("\t", 1) for line in (doc_dir / "docs.tsv").read_text().splitlines())
+    members = {}
+    for key in docs:
+        members.setdefault(key.rsplit(".", 1)[0], []).append(key)
+    queries, qrels = {}, {}
+    for module, keys in sorted(members.items()):
+        try:
+            text = inspect.getdoc(importlib.import_module(module)) or ""
+        except Exception:
+            continue
+        text = " ".join(text.split()[:100])
+        if len(keys) >= min_relevant and len(text.split()) >= 8:
+            queries[module], qrels[module] = text, {key: 1 for key in keys}
+    write(out, docs, queries, qrels)
+
+
 if __name__ == "__main__":
     import warnings
 
@@ -327,3 +458,8 @@ if __name__ == "__main__":
     docstrings(target / "doc")
     verbose_variant(target / "man", target / "manv")
     verbose_variant(target / "doc", target / "docv")
+    debian_packages(target / "man", target / "pkgman")
+    python_modules(target / "doc", target / "pymod")
+    wikispeedia_folder = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikispeedia"
+    if wikispeedia_folder.is_dir():
+        wikispeedia(wikispeedia_folder, target)

@@ -1,98 +1,234 @@
 """LinkLearn vs its untrained start vs BM25 on collections the model never saw (Grangier & Bengio, Table 1).
 
-    python bench/linklearn_transfer.py                                   # synthetic dump and collections
-    python bench/linklearn_transfer.py --dump DUMP.xml.bz2 --collection DIR [--collection DIR ...] [overrides]
+    python bench/linklearn_transfer.py --corpus ../shared/data/wikispeedia --collection DIR [--collection DIR ...]
+    python bench/linklearn_transfer.py --corpus CORPUS --collection DIR ... --train-links 1000,10000,30000,all
+    python bench/linklearn_transfer.py                     # a synthetic corpus and synthetic collections
 
-Trains ``model=linklearn`` through ``train.py``'s pipeline (default config) on the dump, then ranks
-each collection (``docs.tsv``, ``queries.tsv``, ``qrels.txt``) with the trained model, its untrained
-start and Okapi BM25 (k1 1.2, b 0.75), and prints MAP, P@10, R-precision, nDCG@10 and the ratios.
+Runs the whole chain of ``python train.py model=linklearn data=linked_corpus data.path=CORPUS
+'data.adhoc_dir=[...]'`` (``rankers.pipeline.train``, the default config plus any overrides given
+after the options): parse, training, validation with the start-keeping rule, the ad-hoc evaluation
+of the kept model, its untrained start and Okapi BM25 (k1 1.2, b 0.75), and ``rank_bm25``'s
+``BM25Okapi`` over the same tokens as an external reference. Prints MAP, P@10, R-precision and
+nDCG@10 per collection and model with MAP / BM25, the means over the collections, the fit's wall and
+CPU seconds; draws ``--png`` (MAP / BM25 per collection). With ``--train-links`` it runs the chain
+once per number of training links (``data.max_train_links``; ``all``: every training link) and draws
+held-out MAP against that number instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-import torch
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import machine
 from datamodules.adhoc import read_collection
-from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump
-from rankers.linklearn.module import LinkLearnModule
+from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_linked_folder
 from rankers.pipeline import compose_config, train
-from retrieval import bm25_scores, evaluate
+from retrieval.evaluation import evaluate
 
-SYNTHETIC = {
-    "unseen vocabulary": {},
-    "+ lengths 20-600, confusable topics": {"lengths": (20, 600), "neighbour_share": 0.3, "topic_share": 0.12},
-    "+ 3 common words per query": {
-        "lengths": (20, 600),
-        "neighbour_share": 0.3,
-        "topic_share": 0.12,
-        "query_words": (2, 3),
-    },
-}
+MODELS = ("linklearn", "start", "bm25", "rank_bm25")
+LABELS = {"linklearn": "LinkLearn", "start": "its start", "bm25": "BM25", "rank_bm25": "rank_bm25 BM25Okapi"}
 
 
-def trained_model(dump: Path, work: Path, overrides: list[str]) -> LinkLearnModule:
-    base = ["model=linklearn", "data=wikipedia", f"data.path={dump}", "callbacks.progress_bar.refresh_rate=0"]
-    cfg = compose_config([*base, *overrides, "export=false"], output_dir=work / "run", data_dir=work / "data")
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def rank_bm25_measures(folder: Path) -> dict[str, float]:
+    """The collection ranked by rank_bm25's ``BM25Okapi`` (k1 1.2, b 0.75) over our tokens: the external reference."""
+    import torch
+    from rank_bm25 import BM25Okapi
+
+    collection = read_collection(folder)
+    docs, queries = collection.documents, collection.queries
+
+    def tokens(corpus, row: int) -> list[str]:
+        start, end = corpus.offsets[row], corpus.offsets[row + 1]
+        return [
+            docs.vocabulary[t] for t, n in zip(corpus.term_ids[start:end], corpus.tfs[start:end]) for _ in range(int(n))
+        ]
+
+    model = BM25Okapi([tokens(docs, d) for d in range(docs.n_docs)], k1=1.2, b=0.75)
+    scores = torch.tensor(np.stack([model.get_scores(tokens(queries, q)) for q in range(queries.n_docs)]))
+    return evaluate(scores, collection.labels)
+
+
+def run_chain(corpus: list[str], collections: list[Path], work: Path, overrides: list[str]) -> dict:
+    """``train.py model=linklearn data=linked_corpus`` on ``corpus`` with the collections; its results."""
+    path = corpus[0] if len(corpus) == 1 else "[" + ",".join(corpus) + "]"
+    adhoc = "[" + ",".join(str(c) for c in collections) + "]"
+    base = ["model=linklearn", "data=linked_corpus", f"data.path={path}", f"data.adhoc_dir={adhoc}"]
+    cfg = compose_config([*base, *overrides], output_dir=work, data_dir=work / "data")
+    wall, cpu = time.perf_counter(), cpu_seconds()
     results = train(cfg)
-    val = results["val"]
+    results["bench_wall_seconds"], results["bench_cpu_seconds"] = time.perf_counter() - wall, cpu_seconds() - cpu
+    return results
+
+
+def per_collection(results: dict, collections: list[Path]) -> dict[str, dict]:
+    adhoc = results["adhoc"]
+    if len(collections) == 1:
+        return {collections[0].name: adhoc}
+    return adhoc
+
+
+def print_table(results: dict, collections: list[Path], external: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """The per-collection table; returns ``{model: {collection: MAP / BM25}}``."""
+    print("| collection | model | MAP | P@10 | R-prec | nDCG@10 | MAP / BM25 |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    ratios: dict[str, dict[str, float]] = {model: {} for model in MODELS}
+    for name, entry in per_collection(results, collections).items():
+        entry = {**entry, "rank_bm25": external[name]}
+        for model in MODELS:
+            m = entry[model]
+            ratio = m["map"] / entry["bm25"]["map"]
+            ratios[model][name] = ratio
+            print(
+                f"| {name} | {LABELS[model]} | {m['map']:.4f} | {m['p@10']:.4f} | {m['r_precision']:.4f} | "
+                f"{m['ndcg@10']:.4f} | {ratio:.3f} |"
+            )
+    maps = {
+        model: [
+            per_collection(results, collections)[n][model]["map"] if model != "rank_bm25" else external[n]["map"]
+            for n in ratios[model]
+        ]
+        for model in MODELS
+    }
+    for model in MODELS:
+        values = list(ratios[model].values())
+        print(
+            f"# {LABELS[model]}: mean MAP {np.mean(maps[model]):.4f}; mean MAP / BM25's mean "
+            f"{np.mean(maps[model]) / np.mean(maps['bm25']):.4f}; mean of per-collection ratios {np.mean(values):.4f}, "
+            f"min {min(values):.4f}"
+        )
+    print(f"# LinkLearn mean MAP / its start's: {np.mean(maps['linklearn']) / np.mean(maps['start']):.4f}")
+    return ratios
+
+
+def describe(results: dict) -> None:
+    val = results.get("val", {})
     print(
-        f"# validation (linked articles): trained {val['map']:.4f}, start {val['map_start']:.4f}, "
-        f"BM25 {val['map_bm25']:.4f}; {results['epochs']} epochs, {results['fit_seconds']:.0f} s, "
-        f"kept {Path(results['best_checkpoint']).name}"
+        f"# validation (linked articles): kept {Path(results.get('best_checkpoint') or '?').name}, "
+        f"val/map {val.get('map', float('nan')):.4f}, start {val.get('map_start', float('nan')):.4f}, "
+        f"BM25 {val.get('map_bm25', float('nan')):.4f}; {results.get('epochs')} epochs"
     )
-    print("# validation by kind: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(val.items()) if k.startswith("map_")))
-    model = LinkLearnModule(**{k: v for k, v in cfg.model.items() if k not in ("_target_", "optimizer")})
-    model.load_state_dict(torch.load(results["best_checkpoint"], weights_only=True)["state_dict"])
-    return model
+    print(
+        f"# whole chain (parse, training, validation, ad-hoc evaluation, export): "
+        f"{results['bench_wall_seconds']:.0f} s wall, {results['bench_cpu_seconds']:.0f} s CPU; "
+        f"fit {results.get('fit_seconds', float('nan')):.0f} s"
+    )
 
 
-def main() -> None:
+def plot_ratios(ratios: dict[str, dict[str, float]], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(ratios["bm25"])
+    fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(names)), 3), dpi=80)
+    width = 0.8 / len(MODELS)
+    for i, model in enumerate(MODELS):
+        ax.bar(np.arange(len(names)) + i * width, [ratios[model][n] for n in names], width, label=LABELS[model])
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=20)
+    ax.set_ylabel("MAP / BM25")
+    ax.set_ylim(min(0.8, min(min(r.values()) for r in ratios.values()) - 0.02), None)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png)
+    print(f"# wrote {png}")
+
+
+def plot_curve(points: list[tuple[int, dict[str, float]]], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=80)
+    links = [n for n, _ in points]
+    for model in ("linklearn", "start", "bm25"):
+        ax.plot(links, [means[model] for _, means in points], marker="o", label=LABELS[model])
+    ax.set_xscale("log")
+    ax.set_xlabel("training links")
+    ax.set_ylabel("mean held-out MAP")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png)
+    print(f"# wrote {png}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dump", type=Path, action="append", default=[])
+    parser.add_argument("--corpus", action="append", default=[], help="dump or linked-corpus folder (repeatable)")
     parser.add_argument("--collection", type=Path, action="append", default=[])
-    parser.add_argument("--articles", type=int, default=2000)
+    parser.add_argument("--train-links", default="", help="e.g. 1000,10000,30000,all: one chain per number")
+    parser.add_argument("--png", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the results of every chain here")
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. model.optimizer.lr=0.01")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        dumps = args.dump or [
-            write_synthetic_dump(work / "wiki.xml.bz2", n_articles=args.articles, n_topics=args.articles // 20, seed=1)
+        corpus = args.corpus or [
+            str(write_synthetic_linked_folder(work / "corpus", n_articles=600, n_topics=30, seed=1))
         ]
-        path = dumps[0] if len(dumps) == 1 else "[" + ",".join(map(str, dumps)) + "]"
-        collections = {str(c): c for c in args.collection} or {
-            name: write_synthetic_collection(work / f"c{i}", n_docs=600, n_topics=30, n_queries=30, seed=5, **opts)
-            for i, (name, opts) in enumerate(SYNTHETIC.items())
-        }
+        collections = args.collection or [
+            write_synthetic_collection(work / f"synthetic{i}", n_docs=400, n_topics=20, seed=5 + i) for i in range(2)
+        ]
         print(f"# {machine()}")
-        model = trained_model(path, work, args.overrides)
-        print("| collection | model | MAP | P@10 | R-prec | nDCG@10 | MAP / BM25 |")
-        print("|---|---|---:|---:|---:|---:|---:|")
-        ratios = {"LinkLearn": [], "its start": []}
-        for name, folder_ in collections.items():
-            c = read_collection(folder_)
-            runs = {
-                "LinkLearn": model.score_collection(c.documents, c.queries),
-                "its start": model.score_collection(c.documents, c.queries, corrected=False),
-                "BM25": bm25_scores(c.documents, c.queries, k1=1.2, b=0.75),
+        print("# corpus: " + ", ".join(corpus) + "; overrides: " + (" ".join(args.overrides) or "none"))
+        external = {c.name: rank_bm25_measures(c) for c in collections}
+        overrides = ["callbacks.progress_bar.refresh_rate=0", *args.overrides]
+        if not args.train_links:
+            results = run_chain(corpus, collections, work / "run", overrides)
+            describe(results)
+            ratios = print_table(results, collections, external)
+            if args.png:
+                plot_ratios(ratios, args.png)
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1, default=str))
+            return
+        points, everything = [], {}
+        for value in args.train_links.split(","):
+            limit = None if value == "all" else int(value)
+            print(f"\n## training links: {value}")
+            results = run_chain(
+                corpus,
+                collections,
+                work / f"run_{value}",
+                [*overrides, f"data.max_train_links={limit if limit else 'null'}"],
+            )
+            describe(results)
+            n_links = results["data"]["train_links"]
+            print_table(results, collections, external)
+            entries = per_collection(results, collections)
+            means = {
+                model: float(np.mean([e[model]["map"] for e in entries.values()]))
+                for model in ("linklearn", "start", "bm25")
             }
-            measured = {label: evaluate(scores, c.labels) for label, scores in runs.items()}
-            for label, m in measured.items():
-                ratio = m["map"] / measured["BM25"]["map"]
-                ratios.get(label, []).append(ratio)
-                print(
-                    f"| {name} | {label} | {m['map']:.4f} | {m['p@10']:.3f} | {m['r_precision']:.3f} | "
-                    f"{m['ndcg@10']:.3f} | {ratio:.3f} |"
-                )
-        for label, values in ratios.items():
-            print(f"# {label}: mean MAP / BM25 {sum(values) / len(values):.4f}, min {min(values):.4f}")
+            points.append((n_links, means))
+            everything[value] = results
+        print("\n| training links | LinkLearn mean MAP | start | BM25 | LinkLearn / start |")
+        print("|---:|---:|---:|---:|---:|")
+        for n, means in points:
+            ratio = means["linklearn"] / means["start"]
+            print(f"| {n} | {means['linklearn']:.4f} | {means['start']:.4f} | {means['bm25']:.4f} | {ratio:.4f} |")
+        if args.png:
+            plot_curve(points, args.png)
+        if args.json:
+            args.json.write_text(json.dumps(everything, indent=1, default=str))
 
 
 if __name__ == "__main__":

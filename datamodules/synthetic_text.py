@@ -76,6 +76,27 @@ def write_synthetic_dump(
     return write_dump(path, pages)
 
 
+def write_synthetic_linked_folder(
+    folder: str | Path, *, n_articles: int = 300, n_topics: int = 30, links_per_article: int = 5, seed: int = 0
+) -> Path:
+    """A generic linked-corpus folder (``docs.tsv`` ``id<TAB>text``, ``links.tsv`` ``source<TAB>target``)
+    drawn like ``write_synthetic_dump``: topic words and common words, links mostly within a topic."""
+    rng = np.random.default_rng(seed)
+    topic_of = rng.integers(0, n_topics, n_articles)
+    members = {t: np.flatnonzero(topic_of == t) for t in range(n_topics)}
+    docs, links = [], []
+    for i in range(n_articles):
+        words = synthetic_words(rng, int(rng.integers(40, 300)), topic=f"t{topic_of[i]}", topic_share=0.3)
+        docs.append(f"a{i}\t{' '.join(words)}. {' '.join(words[:12])}.")
+        same = members[topic_of[i]]
+        links += [f"a{i}\ta{j}" for j in rng.choice(same, min(links_per_article, len(same)), replace=False) if j != i]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "docs.tsv").write_text("\n".join(docs) + "\n")
+    (folder / "links.tsv").write_text("\n".join(links) + "\n")
+    return folder
+
+
 def write_dump(path: str | Path, pages: list[tuple[str, int, str | None, str]]) -> Path:
     """Write ``(title, namespace, redirect target or None, wikitext)`` pages as a MediaWiki XML dump."""
     from xml.sax.saxutils import escape, quoteattr

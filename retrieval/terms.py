@@ -12,6 +12,7 @@ with disjoint term ids, each keeping its own idf and mean length.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -130,18 +131,21 @@ class CorpusBuilder:
     def add(self, tokens: Iterable[str]) -> int:
         """Add one document; returns its index. Unknown terms are added (``grow``) or skipped."""
         counts = Counter(tokens)
-        ids, tfs = [], []
-        for term, count in counts.items():
-            term_id = self.vocabulary.get(term)
-            if term_id is None:
-                if not self.grow:
-                    continue
-                term_id = self.vocabulary[term] = len(self.vocabulary)
-            ids.append(term_id)
-            tfs.append(count)
+        vocabulary = self.vocabulary
+        # whole-document operations instead of a Python loop per term (a 3,000-token article has ~1,000):
+        # new terms get ids in order of first occurrence, so ids do not depend on hashing
+        if self.grow:
+            new = [term for term in counts if term not in vocabulary]
+            vocabulary.update(zip(new, range(len(vocabulary), len(vocabulary) + len(new))))
+            ids = np.fromiter(map(vocabulary.__getitem__, counts), dtype=np.int64, count=len(counts))
+            tfs = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+        else:
+            ids = np.fromiter(map(vocabulary.get, counts, itertools.repeat(-1)), dtype=np.int64, count=len(counts))
+            tfs = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+            ids, tfs = ids[ids >= 0], tfs[ids >= 0]
         order = np.argsort(ids, kind="stable")
-        self._terms.append(np.asarray(ids, dtype=np.int64)[order])
-        self._tfs.append(np.asarray(tfs, dtype=np.float32)[order])
+        self._terms.append(ids[order])
+        self._tfs.append(tfs[order])
         self._lengths.append(sum(counts.values()))
         return len(self._lengths) - 1
 

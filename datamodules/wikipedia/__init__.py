@@ -8,22 +8,28 @@ time; ``corpus`` keeps per article its term counts, title and lead sentence (pse
 link targets, resolves links through redirects and caches the parse; ``graph`` splits articles into
 training and validation sets and removes crossing links (section 4); ``task`` joins several dumps
 into one ``LinkTask`` (and mines BM25 hard negatives); ``sampling`` draws fresh examples each
-epoch; ``datamodule`` is ``data=wikipedia``.
+epoch; ``folder`` reads corpora whose links are not inline (Wikispeedia's layout, ``docs.tsv`` +
+``links.tsv``); ``datamodule`` is ``data=linked_corpus`` (and ``data=wikipedia``).
+
+    python train.py model=linklearn data=linked_corpus data.path=../shared/data/wikispeedia
 """
 
 from datamodules.wikipedia.corpus import LinkedCorpus, lead_sentence, load_or_parse, parse_dump, resolve_links
-from datamodules.wikipedia.datamodule import WikipediaDataModule
+from datamodules.wikipedia.datamodule import LinkedCorpusDataModule, WikipediaDataModule
 from datamodules.wikipedia.dump import Page, WikipediaFormatError, iter_pages
+from datamodules.wikipedia.folder import LinkedCorpusFormatError, read_linked_folder
 from datamodules.wikipedia.graph import adjacency, split_graph
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
 from datamodules.wikipedia.sampling import LinkExamples
-from datamodules.wikipedia.task import QUERY_KINDS, LinkTask, build_task, hard_negatives
+from datamodules.wikipedia.task import QUERY_KINDS, LinkTask, build_task, hard_negatives, limit_training_links
 
 __all__ = [
     "QUERY_KINDS",
     "LinkExamples",
     "LinkTask",
     "LinkedCorpus",
+    "LinkedCorpusDataModule",
+    "LinkedCorpusFormatError",
     "MarkupStripper",
     "Page",
     "WikipediaDataModule",
@@ -33,9 +39,11 @@ __all__ = [
     "hard_negatives",
     "iter_pages",
     "lead_sentence",
+    "limit_training_links",
     "load_or_parse",
     "normalize_title",
     "parse_dump",
+    "read_linked_folder",
     "resolve_links",
     "split_graph",
 ]

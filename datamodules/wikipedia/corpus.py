@@ -9,6 +9,7 @@ Links are resolved through redirects (up to 5 hops) into an undirected graph bet
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -59,7 +60,8 @@ def sentences(text: str, *, limit: int = SENTENCES, min_tokens: int = MIN_TOKENS
     to ``LEAD_TOKENS``: ``[[token, ...], ...]``. Splits at ``.!?`` followed by white space, as
     ``lead_sentence``; a token never spans two sentences, so every list is part of ``tokenize(text)``."""
     out, begin = [], 0
-    for end in [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]:
+    ends = itertools.chain((m.end() for m in SENTENCE_END.finditer(text)), [len(text)])  # lazy: stop at limit
+    for end in ends:
         tokens = tokenize(text[begin:end])
         begin = end
         if len(tokens) >= min_tokens:
@@ -69,9 +71,10 @@ def sentences(text: str, *, limit: int = SENTENCES, min_tokens: int = MIN_TOKENS
     return out
 
 
-def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCorpus:
+def parse_dump(path: str | Path, *, max_articles: int | None = None, max_tokens: int | None = None) -> LinkedCorpus:
     """Stream the dump once: tokens, title and lead sentence per article, link targets, redirects;
-    then resolve the links. Counts of what was kept and skipped are in ``statistics``."""
+    then resolve the links. Counts of what was kept and skipped are in ``statistics``.
+    ``max_tokens`` keeps each article's first N tokens as its text (an abstract-length document)."""
     builder, titles, leads, pieces = CorpusBuilder(), CorpusBuilder(), CorpusBuilder(), CorpusBuilder()
     titles.vocabulary = leads.vocabulary = pieces.vocabulary = builder.vocabulary  # one growing vocabulary
     owners: list[int] = []
@@ -96,7 +99,7 @@ def parse_dump(path: str | Path, *, max_articles: int | None = None) -> LinkedCo
             names.append(normalize_title(item.title))
             targets.append(stripper.links(item.text))
             text = stripper.strip(item.text)
-            builder.add(tokenize(text))
+            builder.add(tokenize(text)[:max_tokens])
             titles.add(tokenize(item.title))
             leads.add(tokenize(lead_sentence(text))[:LEAD_TOKENS])
             for tokens in sentences(text):
@@ -149,19 +152,39 @@ def resolve_links(
     return edges, counts
 
 
-def load_or_parse(path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None) -> LinkedCorpus:
-    """``parse_dump`` with a cache keyed by the file's path, size, mtime, the parse options and the tokenizer."""
+def load_or_parse(
+    path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None, max_tokens: int | None = None
+) -> LinkedCorpus:
+    """A dump (``parse_dump``) or a linked-corpus folder (``folder.read_linked_folder``), with a cache
+    keyed by the path, the size and mtime of the file (of every file of the folder), the parse options
+    and the tokenizer."""
+    # imported here: the folder reader builds on this module's LinkedCorpus
+    from datamodules.wikipedia.folder import folder_key, read_linked_folder
+
     path = Path(path)
+    is_folder = path.is_dir()
     if cache_dir is None:
-        return parse_dump(path, max_articles=max_articles)
-    if not path.is_file():
-        raise WikipediaFormatError(f"{path}: no such file")
-    stat = path.stat()
-    key = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, max_articles, CACHE_VERSION, TOKENIZER])
+        return (
+            read_linked_folder(path, max_articles=max_articles, max_tokens=max_tokens)
+            if is_folder
+            else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
+        )
+    if is_folder:
+        identity = folder_key(path)
+    elif path.is_file():
+        stat = path.stat()
+        identity = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    else:
+        raise WikipediaFormatError(f"{path}: no such file or folder")
+    key = json.dumps([identity, max_articles, max_tokens, CACHE_VERSION, TOKENIZER])
     cached = Path(cache_dir) / f"{path.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
     if cached.exists():
         return _load(cached)
-    linked = parse_dump(path, max_articles=max_articles)
+    linked = (
+        read_linked_folder(path, max_articles=max_articles, max_tokens=max_tokens)
+        if is_folder
+        else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
+    )
     cached.parent.mkdir(parents=True, exist_ok=True)
     extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
     extra["names"] = np.frombuffer("\n".join(linked.names).encode(), np.uint8)

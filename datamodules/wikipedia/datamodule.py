@@ -1,4 +1,9 @@
-"""``data=wikipedia``: one or more MediaWiki dumps as LinkLearn's training and validation data."""
+"""``data=linked_corpus`` / ``data=wikipedia``: hyperlinked corpora as LinkLearn's training and validation data.
+
+Each entry of ``data.path`` is a MediaWiki dump (``.xml`` / ``.xml.bz2``) or a linked-corpus folder
+(Wikispeedia's layout or ``docs.tsv`` + ``links.tsv``, ``datamodules.wikipedia.folder``); several
+train one model, each keeping its own term statistics.
+"""
 
 from __future__ import annotations
 
@@ -13,29 +18,35 @@ from torch.utils.data import DataLoader
 from datamodules.adhoc import Collection, read_collection
 from datamodules.wikipedia.corpus import load_or_parse
 from datamodules.wikipedia.dump import WikipediaFormatError
-from datamodules.wikipedia.sampling import LinkExamples
-from datamodules.wikipedia.task import QUERY_KINDS, LinkTask, build_task, hard_negatives
+from datamodules.wikipedia.sampling import NEGATIVE_SAMPLING, LinkExamples
+from datamodules.wikipedia.task import QUERY_KINDS, LinkTask, build_task, hard_negatives, limit_training_links
 
 log = logging.getLogger(__name__)
 
 
-class WikipediaDataModule(pl.LightningDataModule):
+class LinkedCorpusDataModule(pl.LightningDataModule):
     """Training examples and the validation retrieval task of Grangier & Bengio, section 4.
 
     Args:
-        path: a ``pages-articles.xml`` / ``.xml.bz2`` dump, or a list of them (several fragments or
-            language editions train one model; each keeps its own term statistics).
+        path: a ``pages-articles.xml`` / ``.xml.bz2`` dump or a linked-corpus folder, or a list of them
+            (several fragments, language editions or corpora train one model; each keeps its own term
+            statistics).
         cache_dir: where parsed dumps are cached (None: parse every time).
         max_articles: keep the first N articles of each dump (the paper used 2 x 150,000).
+        max_tokens: keep each article's first N tokens as its text (abstract-length documents; None: all).
         val_fraction: share of articles in D_valid; links crossing the split are removed.
         batch_size: examples per SGD step.
         query_kinds: what stands for the query of a training example: ``document`` (the paper: the
             whole article d), ``title``, ``lead`` (its first sentence); one is drawn per example.
         negatives: l- per example; hard_negatives: how many of them are BM25's best non-linked articles.
+        negative_sampling: ``uniform`` (every non-linked training article alike) or ``degree`` (each
+            as often as it has links, so that l+ and l- are equally popular).
+        max_train_links: keep this many training links (a seeded sample; None: all), for learning curves.
         cloze: inverse-cloze examples per training article and epoch, besides the link examples (a
             sentence of d the query, d without it l+, other articles l-; 0: links only).
         max_val_queries: validation articles used as queries (every validation article is ranked).
-        adhoc_dir: an ad-hoc collection (``docs.tsv``, ``queries.tsv``, ``qrels.txt``) ranked after training.
+        adhoc_dir: an ad-hoc collection folder (``docs.tsv``, ``queries.tsv``, ``qrels.txt``) or a list
+            of them, ranked after training (each named by its folder's name).
         bm25_k1, bm25_b: Okapi BM25's parameters, the baseline on validation and on that collection.
     """
 
@@ -47,14 +58,17 @@ class WikipediaDataModule(pl.LightningDataModule):
         *,
         cache_dir: str | None = None,
         max_articles: int | None = None,
+        max_tokens: int | None = None,
         val_fraction: float = 0.5,
         batch_size: int = 32,
         query_kinds: Sequence[str] = ("document", "title", "lead"),
         negatives: int = 4,
         hard_negatives: int = 0,
+        negative_sampling: str = "uniform",
+        max_train_links: int | None = None,
         cloze: int = 0,
         max_val_queries: int = 500,
-        adhoc_dir: str | None = None,
+        adhoc_dir: str | Sequence[str] | None = None,
         bm25_k1: float = 1.2,
         bm25_b: float = 0.75,
         data_seed: int = 0,
@@ -62,7 +76,7 @@ class WikipediaDataModule(pl.LightningDataModule):
         super().__init__()
         self.paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
         if not self.paths:
-            raise ValueError("data.path: give at least one dump")
+            raise ValueError("data.path: give at least one dump or linked-corpus folder")
         unknown = set(query_kinds) - set(QUERY_KINDS)
         if unknown or not query_kinds:
             raise ValueError(f"data.query_kinds: {sorted(unknown) or 'empty'}; choose among {sorted(QUERY_KINDS)}")
@@ -70,29 +84,39 @@ class WikipediaDataModule(pl.LightningDataModule):
             raise ValueError(
                 f"need negatives >= 1 and 0 <= hard_negatives <= negatives ({negatives}, {hard_negatives})"
             )
-        self.cache_dir, self.max_articles = cache_dir, max_articles
+        self.cache_dir, self.max_articles, self.max_tokens = cache_dir, max_articles, max_tokens
         self.val_fraction, self.batch_size, self.max_val_queries = val_fraction, batch_size, max_val_queries
         self.query_kinds = tuple(QUERY_KINDS[kind] for kind in query_kinds)
         self.negatives, self.hard_negatives = negatives, hard_negatives
         if cloze < 0:
             raise ValueError(f"data.cloze must be >= 0, got {cloze}")
-        self.cloze = cloze
-        self.adhoc_dir, self.data_seed = adhoc_dir, data_seed
+        if negative_sampling not in NEGATIVE_SAMPLING:
+            raise ValueError(f"data.negative_sampling must be one of {NEGATIVE_SAMPLING}, got {negative_sampling!r}")
+        if max_train_links is not None and max_train_links < 1:
+            raise ValueError(f"data.max_train_links must be >= 1 or null, got {max_train_links}")
+        self.cloze, self.negative_sampling, self.max_train_links = cloze, negative_sampling, max_train_links
+        self.adhoc_dirs = adhoc_folders(adhoc_dir)
+        self.data_seed = data_seed
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
         self.task: LinkTask | None = None
         self.hard: torch.Tensor | None = None
-        self.collection: Collection | None = None
+        self.collections: dict[str, Collection] = {}
         self.statistics: dict[str, object] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.task is not None:
             return
-        if self.adhoc_dir:  # read first: a broken collection fails before hours of training
-            self.collection = read_collection(self.adhoc_dir)
-        linked = [load_or_parse(path, self.cache_dir, max_articles=self.max_articles) for path in self.paths]
+        # read first: a broken collection fails before hours of training
+        self.collections = {name: read_collection(folder) for name, folder in self.adhoc_dirs.items()}
+        linked = [
+            load_or_parse(path, self.cache_dir, max_articles=self.max_articles, max_tokens=self.max_tokens)
+            for path in self.paths
+        ]
         self.task = build_task(
             linked, val_fraction=self.val_fraction, max_val_queries=self.max_val_queries, seed=self.data_seed
         )
+        if self.max_train_links is not None:
+            self.task = limit_training_links(self.task, self.max_train_links, seed=self.data_seed)
         stats = self.task.statistics
         self.statistics = {
             **stats,
@@ -107,16 +131,16 @@ class WikipediaDataModule(pl.LightningDataModule):
             )
         if self.hard_negatives:
             self.hard = hard_negatives(self.task, per_article=4 * self.hard_negatives, k1=self.bm25_k1, b=self.bm25_b)
-        if self.collection is not None:
-            self.statistics["adhoc"] = self.collection.statistics
-        log.info("wikipedia: %s", self.statistics)
+        if self.collections:
+            self.statistics["adhoc"] = {name: c.statistics for name, c in self.collections.items()}
+        log.info("linked corpus: %s", self.statistics)
 
     def model_inputs(self) -> dict:
-        """The task (term features, links, split) and the ad-hoc collection, for the module's constructor."""
+        """The task (term features, links, split) and the ad-hoc collections, for the module's constructor."""
         self.setup()
         return {
             "task": self.task,
-            "collection": self.collection,
+            "collections": self.collections,
             "bm25": {"k1": self.bm25_k1, "b": self.bm25_b},
         }
 
@@ -136,6 +160,7 @@ class WikipediaDataModule(pl.LightningDataModule):
             seed=self.data_seed,
             sentence_owner=task.sentence_owner,
             cloze=self.cloze,
+            negative_sampling=self.negative_sampling,
         )
 
     def val_dataloader(self) -> DataLoader:
@@ -144,4 +169,30 @@ class WikipediaDataModule(pl.LightningDataModule):
         return DataLoader(self.task.val_queries, batch_size=128, shuffle=False)
 
 
-__all__ = ["WikipediaDataModule"]
+def adhoc_folders(adhoc_dir: str | Sequence[str] | None) -> dict[str, str]:
+    """``{name: folder}`` of ``data.adhoc_dir`` (one folder or a list): each named by its folder's name,
+    or by its whole path where two share a name.
+
+    Example:
+        >>> adhoc_folders(["data/med", "data/cran"])
+        {'med': 'data/med', 'cran': 'data/cran'}
+        >>> adhoc_folders(["a/med", "b/med"])
+        {'a/med': 'a/med', 'b/med': 'b/med'}
+        >>> adhoc_folders(None)
+        {}
+    """
+    if not adhoc_dir:
+        return {}
+    folders = [str(adhoc_dir)] if isinstance(adhoc_dir, str | Path) else [str(folder) for folder in adhoc_dir]
+    names = [Path(folder).name or folder for folder in folders]
+    if len(set(folders)) != len(folders):
+        raise ValueError(f"data.adhoc_dir lists a collection twice: {folders}")
+    if len(set(names)) != len(names):
+        names = folders
+    return dict(zip(names, folders))
+
+
+# the name it had when dumps were the only input
+WikipediaDataModule = LinkedCorpusDataModule
+
+__all__ = ["LinkedCorpusDataModule", "WikipediaDataModule", "adhoc_folders"]

@@ -21,6 +21,8 @@ import torch
 
 from datamodules.wikipedia.task import REST
 
+NEGATIVE_SAMPLING = ("uniform", "degree")
+
 
 class LinkExamples:
     """Iterable of ``[B, 3 + K]`` long tensors ``(query row, d, l+, l-...)``, new draws each epoch.
@@ -52,7 +54,11 @@ class LinkExamples:
         seed: int = 0,
         sentence_owner: torch.Tensor | None = None,
         cloze: int = 0,
+        negative_sampling: str = "uniform",
     ) -> None:
+        if negative_sampling not in NEGATIVE_SAMPLING:
+            raise ValueError(f"negative_sampling must be one of {NEGATIVE_SAMPLING}, got {negative_sampling!r}")
+        self.negative_sampling = negative_sampling
         self.offsets, self.neighbours, self.part = offsets, neighbours, part
         self.n_docs = len(offsets) - 1
         self.query_kinds = torch.as_tensor(query_kinds, dtype=torch.long)
@@ -66,6 +72,13 @@ class LinkExamples:
         self.pool_start = torch.searchsorted(pool_parts, torch.arange(n_parts))
         self.pool_size = torch.bincount(pool_parts, minlength=n_parts)
         degree = (offsets[1:] - offsets[:-1])[train_docs]
+        # "degree": each training article as often as it has links (an endpoint of a random training
+        # link), so that l+ and l- are equally popular and links cannot teach a popularity prior
+        by_degree = torch.repeat_interleave(self.pool, (offsets[1:] - offsets[:-1])[self.pool])
+        degree_parts = part[by_degree]
+        self.degree_pool = by_degree
+        self.degree_start = torch.searchsorted(degree_parts, torch.arange(n_parts))
+        self.degree_size = torch.bincount(degree_parts, minlength=n_parts)
         # an article linked to every other one of its dump has no l- to rank below its links
         free = self.pool_size[part[train_docs]] - 1 - degree
         self.anchors = train_docs[(degree > 0) & (free > 0)]
@@ -95,9 +108,14 @@ class LinkExamples:
         """``[A, k]`` articles of each anchor's dump (training side) that are neither it nor linked to it."""
         parts = self.part[anchors].unsqueeze(1).expand(-1, k)
 
+        if self.negative_sampling == "degree":
+            pool, pool_start, pool_size = self.degree_pool, self.degree_start, self.degree_size
+        else:
+            pool, pool_start, pool_size = self.pool, self.pool_start, self.pool_size
+
         def draw(where: torch.Tensor) -> torch.Tensor:
-            pick = (torch.rand(where.shape, generator=generator) * self.pool_size[where]).long()
-            return self.pool[self.pool_start[where] + pick]
+            pick = (torch.rand(where.shape, generator=generator) * pool_size[where]).long()
+            return pool[pool_start[where] + pick]
 
         negatives = draw(parts)
         column = anchors.unsqueeze(1).expand(-1, k)
@@ -167,4 +185,4 @@ class LinkExamples:
         yield from self.sample(generator).split(self.batch_size)
 
 
-__all__ = ["LinkExamples"]
+__all__ = ["NEGATIVE_SAMPLING", "LinkExamples"]

@@ -146,6 +146,7 @@ def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queri
         "train_docs": len(train_docs),
         "val_docs": len(val_docs),
         "edges_kept": len(all_edges),
+        "train_links": int((~is_val_all[all_edges[:, 0]]).sum()) if len(all_edges) else 0,
         "edges_crossing_split_removed": int(sum(len(d.edges) for d in linked) - len(all_edges)),
         "train_anchors": int((degree[~is_val_all] > 0).sum()),
         "mean_links_train": float(degree[~is_val_all].mean()) if (~is_val_all).any() else 0.0,
@@ -164,6 +165,42 @@ def build_task(linked: list[LinkedCorpus], *, val_fraction: float, max_val_queri
         val_queries=val_queries,
         statistics=statistics,
         sentence_owner=torch.from_numpy(np.concatenate(owners).astype(np.int64)),
+    )
+
+
+def limit_training_links(task: LinkTask, n_links: int, *, seed: int) -> LinkTask:
+    """The task with a seeded sample of ``n_links`` of its training links (all of them if it has fewer);
+    validation links, articles and features unchanged. For learning curves against the number of links."""
+    n = task.n_docs
+    sources = torch.repeat_interleave(torch.arange(n), task.offsets.diff())
+    once = sources < task.neighbours  # each undirected edge once
+    edges = torch.stack([sources[once], task.neighbours[once]], 1)
+    is_val = torch.zeros(n, dtype=torch.bool)
+    is_val[task.val_docs] = True
+    training = ~is_val[edges[:, 0]]
+    train_edges, val_edges = edges[training], edges[~training]
+    generator = torch.Generator().manual_seed(seed)
+    kept = train_edges[torch.randperm(len(train_edges), generator=generator)[:n_links]]
+    offsets, neighbours = adjacency(n, torch.cat([kept, val_edges]).numpy())
+    degree = offsets.diff()
+    statistics = dict(task.statistics)
+    statistics.update(
+        train_links=len(kept),
+        train_links_dropped=len(train_edges) - len(kept),
+        train_anchors=int((degree[task.train_docs] > 0).sum()),
+        mean_links_train=float(degree[task.train_docs].float().mean()) if len(task.train_docs) else 0.0,
+    )
+    return LinkTask(
+        features=task.features,
+        bm25_idf=task.bm25_idf,
+        part=task.part,
+        offsets=offsets,
+        neighbours=neighbours,
+        train_docs=task.train_docs,
+        val_docs=task.val_docs,
+        val_queries=task.val_queries,
+        statistics=statistics,
+        sentence_owner=task.sentence_owner,
     )
 
 
@@ -242,4 +279,4 @@ def _linked(task: LinkTask, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (keys[position] == query).view_as(a)
 
 
-__all__ = ["QUERY_KINDS", "REST", "LinkTask", "build_task", "hard_negatives", "subtract_rows"]
+__all__ = ["QUERY_KINDS", "REST", "LinkTask", "build_task", "hard_negatives", "limit_training_links", "subtract_rows"]

@@ -1,24 +1,16 @@
-"""LinkLearn (Grangier & Bengio, NIPS'05 LTR workshop): a term weighting learned from hyperlinks.
+"""LinkLearn (Grangier & Bengio, NIPS'05 LTR workshop): the LightningModule that trains, validates and exports it.
 
-    python train.py model=linklearn data=wikipedia data.path=dump.xml.bz2 data.adhoc_dir=collection/
+    python train.py model=linklearn data=linked_corpus data.path=../shared/data/wikispeedia 'data.adhoc_dir=[a,b]'
 
-Similarity (eq. 2-3): ``sim(a, b) = sum_i f(tf_ia, idf_i, len_a) * f(tf_ib, idf_i, len_b)`` over the
-terms a and b share, with ``f = start(tf, idf, len) * MLP1(tf) * MLP2(idf) * MLP3(len)``: the three
-single-input MLPs of eq. 3, each ``exp`` of a tanh network whose output starts at 0, refine a fixed
-start instead of replacing it. The default start is Okapi BM25's saturation with ``idf ** 0.75`` on
-each side (``idf ** 1.5`` per shared term), which ranks held-out collections at least as well as BM25
-before any training (docs/linklearn.md). Cost (eq. 7) ``|m - sim(q, l+) + sim(q, l-)|_+`` on examples
-with l+ linked to d and l- not, q being d itself (the paper) or a short pseudo-query drawn from d
-(its title or lead sentence), averaged over the negatives; ``m`` is relative to the start's
-similarity of q and l+, so long and short queries weigh alike and scaling f up cannot buy margin.
-A penalty ``regularization * mean(log MLP_k ** 2)`` pulls the MLPs back to 1 (to the start).
+The math (``TermWeight`` ``f = start * MLP1(tf) * MLP2(idf) * MLP3(len)``, ``pair_similarity``, the
+relative hinge of eq. 7 and ``link_loss``, ``collection_scores``) lives in ``rankers.linklearn.model``.
+This module feeds it batches of link examples ``(query row, d, l+, l-...)``, validates on the paper's
+linked-documents retrieval task (each validation article, its title or its lead a query, its links
+relevant; ``val/map``, with ``val/map_start`` and ``val/map_bm25`` beside it), ranks the ad-hoc
+collections with the trained model, its untrained start and BM25, and exports ``f`` (TorchScript).
 
 Epoch 0 trains nothing: it validates the start, so the checkpoint callback keeps the start unless a
-trained epoch beats it on validation (``val/map``; ``val/map_start`` and ``val/map_bm25`` beside it).
-
-Each MLP is evaluated only on the distinct values of its input over the corpus (the paper's trick;
-``TermFeatures.tensors`` codes every entry once), gathered back to the (document, term) entries;
-pair similarities are sparse intersections of the sorted term lists.
+trained epoch beats it on validation (the safety net).
 """
 
 from __future__ import annotations
@@ -32,128 +24,36 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from losses import linklearn_hinge
 from metrics.functional import average_precision
+from rankers.linklearn.model import (
+    STARTS,
+    Correction,
+    TermWeight,
+    collection_scores,
+    entry_weights,
+    link_loss,
+    pair_similarity,
+    weight_matrix,
+)
 from rankers.neural.module import PassLimit
 from retrieval.bm25 import bm25_scores, bm25_term_weight
 from retrieval.evaluation import evaluate_runs
 from retrieval.sparse import csr_contains, entry_index, inverted_index, rank, sparse_rows
 from retrieval.terms import TOKENIZER, Corpus
 
-STARTS = {"bm25": 0, "tfidf": 1, "ones": 2}
 # validation queries: the article, its title or its lead sentence with its links relevant (the paper's
 # task); "cloze": its lead sentence with the article itself relevant, every article without its lead
 VALIDATION_KINDS = {"document": 0, "title": 1, "lead": 2, "cloze": 3}
 
 
-class Correction(nn.Module):
-    """``log MLP_k``: ``1 -> hidden (tanh) -> 1`` on ``values [n]``, exactly 0 at construction.
-
-    It runs once per distinct value of its input and gathers the result back to ``[n]``.
-    """
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, 1))
-        with torch.no_grad():
-            self.layers[2].weight.zero_()
-            self.layers[2].bias.zero_()
-
-    def forward(self, values: Tensor) -> Tensor:
-        distinct, inverse = torch.unique(values, return_inverse=True)
-        return self.layers(distinct.unsqueeze(-1)).squeeze(-1)[inverse]
-
-    def on_values(self, values: Tensor) -> Tensor:
-        """The network on ``values`` as given (already distinct)."""
-        return self.layers(values.unsqueeze(-1)).squeeze(-1)
-
-
-class TermWeight(nn.Module):
-    """``f(tf, idf, len) = start(tf, idf, len) * MLP1(tf) * MLP2(idf) * MLP3(len)``: ``[n]`` inputs -> ``[n]``.
-
-    ``tf`` raw counts, ``idf`` ``log(N / df)``, ``len`` the document's length over its collection's mean.
-    Starts: ``bm25`` ``idf^p tf (k1 + 1) / (tf + k1 (1 - b + b len))``; ``tfidf``
-    ``log(1 + tf) idf / sqrt(0.25 + 0.75 len)`` (pivoted, Singhal et al.); ``ones`` 1 (the paper's
-    constant start, a count of shared terms). The MLPs read ``log(1 + tf)``, ``idf`` and ``log(1 + len)``.
-    """
-
-    def __init__(
-        self, hidden: int = 8, *, start: str = "bm25", k1: float = 1.2, b: float = 0.75, idf_power: float = 0.75
-    ) -> None:
-        super().__init__()
-        if start not in STARTS:
-            raise ValueError(f"model.start must be one of {sorted(STARTS)}, got {start!r}")
-        self.start_code, self.k1, self.b, self.idf_power = STARTS[start], float(k1), float(b), float(idf_power)
-        self.tf_mlp, self.idf_mlp, self.len_mlp = Correction(hidden), Correction(hidden), Correction(hidden)
-
-    def start(self, tf: Tensor, idf: Tensor, length: Tensor) -> Tensor:
-        """The untrained weight of each entry, ``[n]``."""
-        if self.start_code == 0:
-            saturation = tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length))
-            return idf.clamp_min(0).pow(self.idf_power) * saturation
-        if self.start_code == 1:
-            return torch.log1p(tf) * idf * torch.rsqrt(0.25 + 0.75 * length)
-        return torch.ones_like(tf)
-
-    def forward(self, tf: Tensor, idf: Tensor, length: Tensor) -> Tensor:
-        log_correction = self.tf_mlp(torch.log1p(tf)) + self.idf_mlp(idf) + self.len_mlp(torch.log1p(length))
-        return self.start(tf, idf, length) * torch.exp(log_correction)
-
-    @torch.jit.unused
-    def log_corrections(self, corpus: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """Each ``log MLP_k`` on the corpus's distinct values: ``[U_tf]``, ``[U_idf]``, ``[U_len]``."""
-        return (
-            self.tf_mlp.on_values(torch.log1p(corpus["tf_values"])),
-            self.idf_mlp.on_values(corpus["idf_values"]),
-            self.len_mlp.on_values(torch.log1p(corpus["length_values"])),
-        )
-
-
-def entry_weights(
-    model: TermWeight, corpus: dict[str, Tensor], rows: Tensor, *, corrected: bool = True
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(owner, term, f, start)`` ``[n]`` of the entries of ``rows [P]`` of a ``TermFeatures.tensors``
-    dict: the MLPs run on the corpus's distinct values only and every entry gathers its factors by code."""
-    owner, index = entry_index(corpus["offsets"], rows)
-    term = corpus["term_ids"][index]
-    length_code = corpus["length_codes"][rows][owner]
-    start = model.start(corpus["tfs"][index], corpus["idf"][term], corpus["length_values"][length_code])
-    if not corrected:
-        return owner, term, start, start
-    tf_factor, idf_factor, length_factor = model.log_corrections(corpus)
-    log_correction = tf_factor[corpus["tf_codes"][index]] + idf_factor[corpus["idf_codes"][term]]
-    return owner, term, start * torch.exp(log_correction + length_factor[length_code]), start
-
-
-def pair_similarity(
-    a: tuple[Tensor, Tensor, Tensor], b: tuple[Tensor, Tensor, Tensor], n_pairs: int, vocabulary_size: int
-) -> Tensor:
-    """``sim [P]`` of pairs given each side's ``(owner, term, weight)`` entries (sorted by owner, term)."""
-    a_key = a[0] * vocabulary_size + a[1]
-    b_key = b[0] * vocabulary_size + b[1]
-    if len(a_key) == 0 or len(b_key) == 0:
-        return torch.zeros(n_pairs, device=a_key.device, dtype=a[2].dtype)
-    position = torch.searchsorted(a_key, b_key).clamp_max(len(a_key) - 1)
-    shared = a_key[position] == b_key
-    products = a[2][position[shared]] * b[2][shared]
-    return torch.zeros(n_pairs, device=products.device, dtype=products.dtype).index_add(0, b[0][shared], products)
-
-
-def weight_matrix(
-    model: TermWeight, corpus: dict[str, Tensor], rows: Tensor, size: int, *, corrected: bool = True
-) -> Tensor:
-    """Sparse COO ``[len(rows), size]`` matrix of term weights ``f`` (or the start's)."""
-    owner, term, weight, _ = entry_weights(model, corpus, rows, corrected=corrected)
-    return sparse_rows(owner, term, weight, (len(rows), size))
-
-
 class LinkLearnModule(PassLimit, pl.LightningModule):
     """Trains ``TermWeight`` on ``[B, 3 + K]`` examples ``(query row, d, l+, l-...)``; validates on the
-    linked-documents retrieval task; ranks an ad-hoc collection with itself, its start and BM25.
+    linked-documents retrieval task; ranks ad-hoc collections with itself, its start and BM25.
 
     Args:
         task: ``datamodules.wikipedia.LinkTask`` (term features, links, split), from ``model_inputs()``.
-        collection: an ad-hoc ``datamodules.adhoc.Collection`` to rank after training, or None.
+        collections: ``{name: datamodules.adhoc.Collection}`` to rank after training (may be empty).
+        collection: one collection (the older argument; the same as ``collections={"": collection}``).
         bm25: ``{"k1": .., "b": ..}`` of the BM25 baseline (validation and collection).
         hidden: hidden units of each MLP; start, k1, b, idf_power: the start (``TermWeight``).
         margin: hinge margin relative to the start's sim(q, l+); regularization: weight of the
@@ -165,6 +65,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         self,
         *,
         task: Any = None,
+        collections: dict[str, Any] | None = None,
         collection: Any = None,
         bm25: dict[str, float] | None = None,
         hidden: int = 8,
@@ -186,11 +87,14 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         if unknown or not validation:
             raise ValueError(f"model.validation: {sorted(unknown) or 'empty'}; choose among {sorted(VALIDATION_KINDS)}")
         validation = [str(kind) for kind in validation]
-        self.save_hyperparameters(ignore=["optimizer", "task", "collection"])
+        self.save_hyperparameters(ignore=["optimizer", "task", "collection", "collections"])
         self.term_weight = TermWeight(hidden, start=start, k1=k1, b=b, idf_power=idf_power)
         self.margin, self.regularization, self.monitor = margin, regularization, monitor
         self.optimizer_factory = optimizer
-        self.task, self.collection = task, collection
+        self.task = task
+        self.collections = dict(collections or {})
+        if collection is not None:
+            self.collections[""] = collection
         self.bm25 = bm25
         self.validation_kinds = {name: VALIDATION_KINDS[name] for name in validation}
         self.val_maps = nn.ModuleList([MeanMetric() for _ in self.validation_kinds])
@@ -234,40 +138,15 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         return loss
 
     def example_loss(self, examples: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """Mean hinge over (example, negative) plus the penalty, for ``[B, 3 + K]`` examples."""
-        corpus = self._attach()
-        examples = examples.to(self.device)
-        queries, candidates = examples[:, 0], examples[:, 2:]  # candidates [B, 1 + K]: l+, then the l-
-        n, width = candidates.shape
-        owner, term, weight, start = self.weighted_entries(torch.cat([queries, candidates.T.flatten()]))
-        # rows are the B queries, then column j of the candidates as B rows: each a contiguous run of entries
-        bounds = torch.searchsorted(owner, torch.arange(0, (width + 2) * n, n, device=owner.device)).tolist()
-
-        def side(block: int, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            run = slice(bounds[block], bounds[block + 1])
-            return owner[run] - block * n, term[run], values[run]
-
-        sims = torch.stack(
-            [pair_similarity(side(0, weight), side(j + 1, weight), n, self.vocabulary_size) for j in range(width)], 1
-        )  # [B, 1 + K]
-        with torch.no_grad():
-            start_sims = torch.stack(
-                [pair_similarity(side(0, start), side(j + 1, start), n, self.vocabulary_size) for j in range(width)], 1
-            )
-        # the margin is relative to the start's best similarity among the example's candidates (relative
-        # sims start at most 1: no example dominates). An l+ that shares no term with the query has
-        # sim 0 under every f: such an example cannot be won and is left out (dividing by its zero
-        # sim(q, l+), as before, made these examples dominate and taught f to shrink every weight)
-        scale = start_sims.max(1).values
-        usable = start_sims[:, 0] > 0
-        relative = sims[usable] / scale[usable].unsqueeze(1)
-        positive, negatives = relative[:, :1].expand(-1, width - 1).flatten(), relative[:, 1:].flatten()
-        hinges = linklearn_hinge(positive, negatives, margin=self.margin, reduction="none")
-        hinge = hinges.mean() if len(hinges) else sims.sum() * 0
-        penalty = sum(c.square().mean() for c in self.term_weight.log_corrections(corpus))
-        violated = (sims[:, :1] - sims[:, 1:] < 0).float().mean()
-        parts = {"hinge": hinge, "penalty": penalty, "violations": violated, "usable": usable.float().mean()}
-        return hinge + self.regularization * penalty, parts
+        """Mean hinge over (example, negative) plus the penalty, for ``[B, 3 + K]`` examples (``link_loss``)."""
+        return link_loss(
+            self.term_weight,
+            self._attach(),
+            examples.to(self.device),
+            self.vocabulary_size,
+            margin=self.margin,
+            regularization=self.regularization,
+        )
 
     # -- validation: each validation article (or its title, or its lead) is a query, its links relevant
     def _validation_scores(self, queries: Tensor, kind: int, *, model: str) -> Tensor:
@@ -366,32 +245,33 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
 
     # -- scoring other collections --------------------------------------------------------------
     def score_collection(self, documents: Corpus, queries: Corpus, *, corrected: bool = True) -> Tensor:
-        """``[Q, D]`` similarities (of the start with ``corrected=False``); queries are over the
-        documents' vocabulary and use their idf; their lengths are relative to the queries' mean."""
-        idf = documents.idf()
-        sides = [documents.features(), queries.features(idf=idf)]
-        with torch.no_grad():
-            matrices = []
-            for features in sides:
-                corpus = features.tensors(self.device)
-                rows = torch.arange(features.n_docs, device=self.device)
-                matrices.append(weight_matrix(self.term_weight, corpus, rows, len(idf), corrected=corrected))
-            return rank(inverted_index(matrices[0]), matrices[1])
+        """``[Q, D]`` similarities (of the start with ``corrected=False``): ``model.collection_scores``."""
+        return collection_scores(self.term_weight, documents, queries, corrected=corrected, device=self.device)
 
     def extra_results(self, out_dir: str | Path) -> dict[str, Any]:
-        """``{"adhoc": ...}``: the collection ranked by the trained model, its untrained start and BM25,
-        with run files under ``out_dir/runs`` (empty without a collection). ``rankers.pipeline`` calls it."""
-        if self.collection is None:
+        """``{"adhoc": ...}``: each collection ranked by the trained model, its untrained start and BM25
+        (map, p@10, r_precision, ndcg@10 each). One collection gives the flat ``{"statistics",
+        "linklearn", "start", "bm25"}`` and run files under ``out_dir/runs``; several give that per
+        collection name, run files under ``out_dir/runs/<name>``. Empty without a collection;
+        ``rankers.pipeline`` calls it."""
+        if not self.collections:
             return {}
-        c = self.collection
+        runs = Path(out_dir) / "runs"
+        if len(self.collections) == 1:  # today's flat form and run files
+            return {"adhoc": self.evaluate_collection(next(iter(self.collections.values())), runs)}
+        return {"adhoc": {name: self.evaluate_collection(c, runs / name) for name, c in self.collections.items()}}
+
+    def evaluate_collection(self, collection: Any, runs_dir: Path) -> dict[str, Any]:
+        """``{"statistics", "linklearn", "start", "bm25"}`` measures of one collection, run files in ``runs_dir``."""
+        c = collection
         runs = {
             "linklearn": self.score_collection(c.documents, c.queries),
             "start": self.score_collection(c.documents, c.queries, corrected=False),
             "bm25": bm25_scores(c.documents, c.queries, **self.bm25),
         }
-        results: dict[str, Any] = evaluate_runs(runs, c.labels, c.query_ids, c.doc_ids, Path(out_dir) / "runs")
+        results: dict[str, Any] = evaluate_runs(runs, c.labels, c.query_ids, c.doc_ids, runs_dir)
         results["bm25"].update(self.bm25)
-        return {"adhoc": {"statistics": c.statistics, **results}}
+        return {"statistics": c.statistics, **results}
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``term_weight.pt`` (TorchScript ``f(tf, idf, len)``) and ``meta.json`` (how to score with it)."""
@@ -415,4 +295,14 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         return {"term_weight": str(out / "term_weight.pt"), "meta": str(out / "meta.json")}
 
 
-__all__ = ["Correction", "LinkLearnModule", "TermWeight", "entry_weights", "pair_similarity", "weight_matrix"]
+# the math lives in rankers.linklearn.model; re-exported here for older imports
+__all__ = [
+    "STARTS",
+    "VALIDATION_KINDS",
+    "Correction",
+    "LinkLearnModule",
+    "TermWeight",
+    "entry_weights",
+    "pair_similarity",
+    "weight_matrix",
+]

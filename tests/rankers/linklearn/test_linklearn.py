@@ -10,10 +10,11 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from datamodules.adhoc import read_collection
-from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump
-from datamodules.wikipedia import WikipediaDataModule
+from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_dump, write_synthetic_linked_folder
+from datamodules.wikipedia import WikipediaDataModule, limit_training_links
 from rankers.linklearn.module import LinkLearnModule, TermWeight, entry_weights, pair_similarity, weight_matrix
 from rankers.pipeline import train
+from retrieval import bm25_scores, evaluate
 from retrieval.sparse import entry_index
 from retrieval.terms import corpus_from_texts
 
@@ -266,3 +267,76 @@ def test_a_validation_pass_builds_each_document_index_once_and_scores_as_without
     for pair in pairs:
         for a, b in zip(alone[pair], within[pair], strict=True):
             torch.testing.assert_close(a, b)
+
+
+def test_linked_corpus_folder_and_dump_train_one_model_and_several_collections_are_reported_by_name(
+    make_cfg, tmp_path, wiki
+):
+    dump, adhoc = wiki
+    folder = write_synthetic_linked_folder(tmp_path / "corpus", n_articles=200, n_topics=20, seed=3)
+    second = write_synthetic_collection(tmp_path / "other", n_docs=150, n_topics=10, seed=4)
+    cfg = make_cfg(
+        "model=linklearn",
+        "data=linked_corpus",
+        f"data.path=[{folder},{dump}]",
+        f"data.adhoc_dir=[{adhoc},{second}]",
+        "model.epochs=1",
+        "callbacks.progress_bar.refresh_rate=0",
+        "export=false",
+        out=tmp_path / "run",
+        tiny=False,
+    )
+    results = train(cfg)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(saved["adhoc"]) == {"adhoc", "other"}
+    for name, n_docs in (("adhoc", 200), ("other", 150)):
+        entry = saved["adhoc"][name]
+        assert set(entry) == {"statistics", "linklearn", "start", "bm25"}
+        for model in ("linklearn", "start", "bm25"):
+            assert {"map", "p@10", "r_precision", "ndcg@10"} <= set(entry[model])
+            assert (tmp_path / "run" / "runs" / name / f"{model}.run").read_text().count("\n") == 20 * n_docs
+        # the numbers are those of evaluating the collection alone, with the kept model
+        collection = read_collection(adhoc if name == "adhoc" else second)
+        assert entry["bm25"]["map"] == pytest.approx(
+            evaluate(bm25_scores(collection.documents, collection.queries), collection.labels)["map"]
+        )
+    stats = results["data"]["dumps"] if "data" in results else None
+    assert stats is None or len(stats) == 2
+
+
+def test_limit_training_links_keeps_a_sample_of_training_links_and_every_validation_link(wiki):
+    datamodule = WikipediaDataModule(str(wiki[0]))
+    datamodule.setup()
+    task = datamodule.task
+    limited = limit_training_links(task, 50, seed=1)
+    is_val = torch.zeros(task.n_docs, dtype=torch.bool)
+    is_val[task.val_docs] = True
+
+    def edges(t):
+        sources = torch.repeat_interleave(torch.arange(t.n_docs), t.offsets.diff())
+        return {(a, b) for a, b in zip(sources.tolist(), t.neighbours.tolist()) if a < b}
+
+    before, after = edges(task), edges(limited)
+    assert after <= before
+    assert {e for e in after if not is_val[e[0]]} <= {e for e in before if not is_val[e[0]]}
+    assert len([e for e in after if not is_val[e[0]]]) == 50
+    assert {e for e in after if is_val[e[0]]} == {e for e in before if is_val[e[0]]}
+
+
+def test_degree_negatives_follow_the_degree_and_are_never_linked(wiki):
+    datamodule = WikipediaDataModule(str(wiki[0]), negative_sampling="degree", negatives=8)
+    datamodule.setup()
+    examples = datamodule.train_dataloader()
+    counts = torch.zeros(datamodule.task.n_docs)
+    for _ in range(30):
+        for batch in examples:
+            anchors, negatives = batch[:, 1], batch[:, 3:]
+            assert not examples.linked(anchors.unsqueeze(1).expand_as(negatives), negatives).any()
+            assert not (negatives == anchors.unsqueeze(1)).any()
+            counts += torch.bincount(negatives.flatten(), minlength=len(counts)).float()
+    degree = datamodule.task.offsets.diff().float()
+    train = datamodule.task.train_docs
+    # drawn in proportion to the degree (up to the rejection of d and its links): strongly correlated
+    correlation = torch.corrcoef(torch.stack([counts[train], degree[train]]))[0, 1]
+    assert correlation > 0.8
+    assert counts[train][degree[train] == 0].sum() == 0  # an article without links is never drawn
