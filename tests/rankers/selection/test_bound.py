@@ -138,7 +138,8 @@ def test_certified_bound_adds_the_mcdiarmid_terms_of_eq_2():
     pi = 0.75 - mcdiarmid_radius(4, 0.1 / 4)
     assert parts.bound == pytest.approx(min(1.0, held + parts.disagreement_bound / pi))
     with pytest.raises(ValueError, match="no query with both"):
-        certified_bound(risks, [torch.zeros(3, dtype=torch.bool)] * 2, d, training_pairs=torch.ones(4, dtype=torch.bool))
+        no_pairs = [torch.zeros(3, dtype=torch.bool)] * 2
+        certified_bound(risks, no_pairs, d, training_pairs=torch.ones(4, dtype=torch.bool))
 
 
 # ---------------------------------------------------------------- coverage on synthetic data
