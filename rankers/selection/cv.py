@@ -61,6 +61,7 @@ class CandidateResult:
     fold_queries: list[int] = field(default_factory=list)
     fit_seconds: list[float] = field(default_factory=list)
     status: str = "complete"
+    query_scores: list[float] = field(default_factory=list)  # every held-out query's metric, fold by fold
 
     @property
     def complete(self) -> bool:
@@ -79,8 +80,20 @@ class CandidateResult:
         """Standard deviation of the fold means (0 with one fold)."""
         return statistics.stdev(self.fold_scores) if len(self.fold_scores) > 1 else 0.0
 
+    def paired_gap(self, other: CandidateResult) -> tuple[float, float] | None:
+        """Mean and standard error of this candidate's metric minus ``other``'s, query by query on
+        the same held-out queries (None unless both completed every fold)."""
+        if not (self.complete and other.complete) or len(self.query_scores) != len(other.query_scores):
+            return None
+        gaps = [a - b for a, b in zip(self.query_scores, other.query_scores, strict=True)]
+        if len(gaps) < 2:
+            return None
+        return statistics.fmean(gaps), statistics.stdev(gaps) / math.sqrt(len(gaps))
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "mean": self.mean, "spread": self.spread}
+        record = {**asdict(self), "mean": self.mean, "spread": self.spread}
+        record.pop("query_scores")  # one number per training query: in the table as the paired gap
+        return record
 
 
 def first_fold_allowance(remaining_seconds: float, folds: int) -> float:
@@ -138,22 +151,29 @@ def choose(results: list[CandidateResult]) -> CandidateResult:
 
 
 def format_table(results: list[CandidateResult], chosen: str, metric: str) -> str:
-    """The CV table as Markdown: every candidate's mean, spread over folds, fit seconds and status.
+    """The CV table as Markdown: every candidate's mean, spread over folds, its paired gap to the
+    chosen one over the same held-out queries (mean ± standard error), fit seconds and status.
 
     Example:
-        >>> print(format_table([CandidateResult("a", [0.5, 0.6], [10, 10], [1.0, 3.0])], "a", "ndcg@10"))
-        | candidate | ndcg@10 (CV mean) | ± std over folds | fit s per fold | folds | status |
-        |---|---:|---:|---:|---:|---|
-        | **a** | 0.5500 | 0.0707 | 2.0 | 2 | complete, chosen |
+        >>> a = CandidateResult("a", [0.5, 0.6], [2, 2], [1.0, 3.0], query_scores=[0.4, 0.6, 0.6, 0.6])
+        >>> b = CandidateResult("b", [0.5, 0.4], [2, 2], [2.0, 2.0], query_scores=[0.5, 0.5, 0.4, 0.4])
+        >>> print(format_table([a, b], "a", "ndcg@10"))
+        | candidate | ndcg@10 (CV mean) | ± std over folds | - chosen (paired) | fit s per fold | folds | status |
+        |---|---:|---:|---:|---:|---:|---|
+        | **a** | 0.5500 | 0.0707 | - | 2.0 | 2 | complete, chosen |
+        | b | 0.4500 | 0.0707 | -0.1000 ± 0.0707 | 2.0 | 2 | complete |
     """
     lines = [
-        f"| candidate | {metric} (CV mean) | ± std over folds | fit s per fold | folds | status |",
-        "|---|---:|---:|---:|---:|---|",
+        f"| candidate | {metric} (CV mean) | ± std over folds | - chosen (paired) | fit s per fold | folds | status |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
+    best = next((result for result in results if result.label == chosen), None)
     for result in results:
         name = f"**{result.label}**" if result.label == chosen else result.label
         seconds = statistics.fmean(result.fit_seconds) if result.fit_seconds else math.nan
         status = result.status + (", chosen" if result.label == chosen else "")
-        figures = f"{result.mean:.4f} | {result.spread:.4f} | {seconds:.1f} | {len(result.fold_scores)}"
+        gap = result.paired_gap(best) if best is not None and result is not best else None
+        paired = f"{gap[0]:+.4f} ± {gap[1]:.4f}" if gap else "-"
+        figures = f"{result.mean:.4f} | {result.spread:.4f} | {paired} | {seconds:.1f} | {len(result.fold_scores)}"
         lines.append(f"| {name} | {figures} | {status} |")
     return "\n".join(lines)

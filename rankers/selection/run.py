@@ -73,6 +73,7 @@ _QUIET = (
     "rankers.pipeline",
     "datamodules",
     "rankers.epoch_selection",
+    "lightning_fabric",
 )
 _METRIC_K = 10
 
@@ -302,9 +303,9 @@ def _fit_fold(
     fit_part, held_out = parts
     out = workdir / f"{run.label.split()[0]}-{len(run.result.fold_scores)}-fold{fold}"
     fold_cfg = candidate_config(cfg, run.model, out, quiet=True)
-    pl.seed_everything(int(cfg.seed), workers=True)
     start = time.perf_counter()
     with _quiet():
+        pl.seed_everything(int(cfg.seed), workers=True)
         datamodule = instantiate(fold_cfg.data)
         datamodule.use_splits({"train": fit_part})
         fitted = fit(fold_cfg, datamodule, out)
@@ -315,7 +316,9 @@ def _fit_fold(
     seconds = time.perf_counter() - start
     scores = score_queries(fitted.model, held_out)
     result = run.result
-    result.fold_scores.append(float(query_metric(scores, held_out).mean()))
+    per_query = query_metric(scores, held_out)
+    result.fold_scores.append(float(per_query.mean()))
+    result.query_scores.extend(per_query.tolist())
     result.fold_queries.append(held_out.num_queries)
     result.fit_seconds.append(seconds)
     risks, defined = held_out_risks(scores, held_out)
