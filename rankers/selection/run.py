@@ -259,7 +259,8 @@ def _unlabeled_sample(cfg: DictConfig, splits: dict[str, LetorData]) -> tuple[Le
     split's queries; at most ``bound.max_queries`` of them (a seeded sample)."""
     options = cfg.get("bound") or {}
     if options.get("unlabeled"):
-        data, source = read_letor(options.unlabeled), str(options.unlabeled)
+        data = read_letor(options.unlabeled, zero_based=bool(cfg.data.get("zero_based", False)))
+        source = str(options.unlabeled)
         width = splits["train"].num_features
         if data.num_features > width:
             raise ValueError(f"bound.unlabeled={source} has {data.num_features} features, the training file {width}")
@@ -354,8 +355,11 @@ def cross_validate(
         progress.update(1)
         return True
 
+    # the first candidate (the cheapest) always completes, without a time limit, so that there is a choice
+    first = runs[0]
     for run in runs:  # first fold of every candidate: the time estimate
-        attempt(run, 0, first_fold_allowance(deadline - time.perf_counter(), folds))
+        limit = math.inf if run is first else first_fold_allowance(deadline - time.perf_counter(), folds)
+        attempt(run, 0, limit)
     timed = {run.label: run.result.fit_seconds[0] for run in runs if run.result.complete}
     if timed:
         _, dropped = plan_budget(timed, folds=folds, remaining_seconds=deadline - time.perf_counter())
@@ -369,7 +373,7 @@ def cross_validate(
     for fold in range(1, folds):
         for run in runs:
             if run.result.complete:
-                attempt(run, fold, deadline - time.perf_counter())
+                attempt(run, fold, math.inf if run is first else deadline - time.perf_counter())
     progress.close()
     return runs, parts
 

@@ -105,15 +105,18 @@ def test_the_budget_drops_the_slowest_candidates_after_their_first_fold(make_cfg
 
 
 def test_a_first_fold_past_its_share_of_the_budget_is_stopped(make_cfg, letor_files, monkeypatch, tmp_path):
-    cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[quick,slow]")
+    cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[first,quick,slow]")
     monkeypatch.setattr(selection_run, "_compose_model", lambda candidate: {})
-    fake_fits(monkeypatch, {"quick": 0.0, "slow": 0.0}, sleep={"slow": 5.0})
+    fake_fits(monkeypatch, {"first": 0.0, "quick": 0.0, "slow": 0.0}, sleep={"first": 0.3, "slow": 5.0})
     start = time.perf_counter()
     runs, _ = cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=start + 4.5)
-    assert time.perf_counter() - start < 4.0  # 4.5 s / (3 + 1.5): stopped after about 1 s
+    assert time.perf_counter() - start < 4.5  # slow: (4.5 - 0.3) s / (3 + 1.5), stopped after about 1 s
     status = {run.label: run.result.status for run in runs}
     assert status["quick"] == "complete"
     assert status["slow"].startswith("dropped: fold 1 ran past the budget")
+    # the first candidate always completes, even past the deadline: there is always a choice
+    late, _ = cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=time.perf_counter())
+    assert [run.result.status.split(":")[0] for run in late] == ["complete", "dropped", "dropped"]
     with pytest.raises(BudgetExceeded), time_limit(0.0):
         pass
 
