@@ -108,11 +108,13 @@ def first_fold_allowance(remaining_seconds: float, folds: int) -> float:
 
 
 def plan_budget(
-    first_fold_seconds: dict[str, float], *, folds: int, remaining_seconds: float
+    first_fold_seconds: dict[str, float], *, folds: int, remaining_seconds: float, always: str | None = None
 ) -> tuple[list[str], list[str]]:
     """Which candidates finish their cross-validation within the budget: drop the slowest (by their
     first fold) until the other ``K - 1`` folds of the kept ones and the refit of the slowest kept
-    (``K / (K - 1)`` of its fold: more queries) fit in ``remaining_seconds``. The fastest is always kept.
+    (``K / (K - 1)`` of its fold: more queries) fit in ``remaining_seconds``. One is always kept:
+    ``always`` when given (``model=auto``'s first candidate, which runs without a time limit), else
+    the fastest.
 
     Returns:
         ``(kept, dropped)``, kept in the given order, dropped slowest first.
@@ -129,7 +131,7 @@ def plan_budget(
         return sum(times.values()) * (folds - 1) + max(times.values()) * folds / (folds - 1)
 
     while len(kept) > 1 and cost(kept) > remaining_seconds:
-        slowest = max(kept, key=kept.__getitem__)
+        slowest = max((name for name in kept if name != always), key=kept.__getitem__)
         dropped.append(slowest)
         del kept[slowest]
     return list(kept), dropped

@@ -362,7 +362,8 @@ def cross_validate(
         attempt(run, 0, limit)
     timed = {run.label: run.result.fit_seconds[0] for run in runs if run.result.complete}
     if timed:
-        _, dropped = plan_budget(timed, folds=folds, remaining_seconds=deadline - time.perf_counter())
+        remaining = deadline - time.perf_counter()
+        _, dropped = plan_budget(timed, folds=folds, remaining_seconds=remaining, always=first.label)
         for run in runs:
             if run.label in dropped:
                 run.result.status = (

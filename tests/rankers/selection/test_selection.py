@@ -48,6 +48,7 @@ def test_plan_budget_drops_the_slowest_first_and_keeps_the_fastest():
     assert plan_budget(times, folds=5, remaining_seconds=300.0) == (["a", "b", "c"], [])
     assert plan_budget(times, folds=5, remaining_seconds=100.0) == (["a", "c"], ["b"])
     assert plan_budget(times, folds=5, remaining_seconds=1.0) == (["a"], ["b", "c"])
+    assert plan_budget(times, folds=5, remaining_seconds=1.0, always="c") == (["c"], ["b", "a"])
     assert first_fold_allowance(-5.0, 5) == 0.0
 
 
