@@ -158,3 +158,17 @@ def test_auto_refits_the_winner_exports_it_and_writes_the_table_and_the_bound(ma
         )
     )
     assert direct["test"] == results["test"] == written["test"]
+
+
+def test_the_unlabeled_queries_come_without_labels_from_the_file_or_the_test_split(make_cfg, letor_files):
+    from rankers.selection.run import _unlabeled_sample
+
+    splits = {"train": read_letor(letor_files["train"]), "test": read_letor(letor_files["test"])}
+    data, source = _unlabeled_sample(auto_cfg(make_cfg, letor_files), splits)
+    assert data.num_queries == 10 and not data.labels.any() and "labels unread" in source
+    data, source = _unlabeled_sample(
+        auto_cfg(make_cfg, letor_files, f"bound.unlabeled={letor_files['train']}", "bound.max_queries=7"), splits
+    )
+    assert data.num_queries == 7 and not data.labels.any() and "7 of 30 queries drawn" in source
+    none, why = _unlabeled_sample(auto_cfg(make_cfg, letor_files), {"train": splits["train"]})
+    assert none is None and "bound.unlabeled" in why
