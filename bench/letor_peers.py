@@ -211,11 +211,16 @@ PEERS: dict[str, Callable[[Split, int], tuple[np.ndarray, float]]] = {
 }
 # peers that train on the whole training split (no validation split carved out of it)
 WHOLE_TRAINING_SPLIT = {"lightgbm-defaults", "xgboost-defaults"}
-# RankLib's rankers as the issue tracker ran them (its defaults; RankBoost: 300 rounds, 10 thresholds)
+# RankLib's eight rankers as the issue tracker ran them (its defaults; RankBoost: 300 rounds, 10 thresholds)
 RANKLIB = {
+    "ranklib-mart": (0, []),
+    "ranklib-ranknet": (1, []),
     "ranklib-rankboost": (2, ["-round", "300", "-tc", "10"]),
+    "ranklib-adarank": (3, []),
     "ranklib-coordascent": (4, []),
     "ranklib-lambdamart": (6, []),
+    "ranklib-listnet": (7, []),
+    "ranklib-randomforests": (8, []),
 }
 
 
