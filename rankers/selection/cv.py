@@ -176,6 +176,9 @@ def format_table(results: list[CandidateResult], chosen: str, metric: str) -> st
         status = result.status + (", chosen" if result.label == chosen else "")
         gap = result.paired_gap(best) if best is not None and result is not best else None
         paired = f"{gap[0]:+.4f} ± {gap[1]:.4f}" if gap else "-"
-        figures = f"{result.mean:.4f} | {result.spread:.4f} | {paired} | {seconds:.1f} | {len(result.fold_scores)}"
+        if result.fold_scores:
+            figures = f"{result.mean:.4f} | {result.spread:.4f} | {paired} | {seconds:.1f} | {len(result.fold_scores)}"
+        else:  # dropped in its first fold: nothing measured
+            figures = "- | - | - | - | 0"
         lines.append(f"| {name} | {figures} | {status} |")
     return "\n".join(lines)
