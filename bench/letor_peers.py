@@ -69,7 +69,11 @@ Split = dict[str, LetorData]
 
 
 def trec_metrics(data: LetorData, scores: np.ndarray) -> dict[str, float]:
-    """trec_eval's measures (pytrec_eval) of ``scores [N]`` on ``data``, averaged over its queries."""
+    """trec_eval's measures (pytrec_eval) of ``scores [N]`` on ``data``, averaged over its queries.
+    trec_eval reads integer grades; fractional grades (``bench/letor_fractional.py``) are scored by
+    ``metrics.functional`` with the same conventions (linear gain, relevant when > 0)."""
+    if not np.array_equal(data.labels, np.round(data.labels)):
+        return fractional_metrics(data, scores)
     import pytrec_eval
 
     qrels: dict[str, dict[str, int]] = {}
@@ -82,10 +86,38 @@ def trec_metrics(data: LetorData, scores: np.ndarray) -> dict[str, float]:
     return {name: statistics.fmean(q[measure] for q in per_query.values()) for measure, name in MEASURES.items()}
 
 
+def fractional_metrics(data: LetorData, scores: np.ndarray) -> dict[str, float]:
+    """``MEASURES`` by ``metrics.functional`` (linear gain, ties by list position): trec_eval's
+    definitions, for labels trec_eval cannot read."""
+    import torch
+
+    from metrics.functional import average_precision, ndcg, precision
+
+    lengths = np.diff(data.offsets)
+    width = int(lengths.max())
+    padded_scores = np.zeros((data.num_queries, width), np.float32)
+    padded_labels = np.zeros((data.num_queries, width), np.float32)
+    mask = np.zeros((data.num_queries, width), bool)
+    for q, (start, stop) in enumerate(zip(data.offsets[:-1], data.offsets[1:], strict=True)):
+        padded_scores[q, : stop - start] = scores[start:stop]
+        padded_labels[q, : stop - start] = data.labels[start:stop]
+        mask[q, : stop - start] = True
+    s, y, m = torch.from_numpy(padded_scores), torch.from_numpy(padded_labels), torch.from_numpy(mask)
+    values = {
+        "ndcg@10": ndcg(s, y, m, k=10, gain="linear"),
+        "ndcg@5": ndcg(s, y, m, k=5, gain="linear"),
+        "map": average_precision(s, y, m),
+        "P@10": precision(s, y, m, k=10),
+    }
+    return {name: float(values[name].mean()) for name in MEASURES.values()}
+
+
 def fit_ours(model: str, files: dict[str, str], workdir: Path, overrides: list[str], seed: int):
     """Train one of our models through the pipeline; (test scores from the exported scorer, fit seconds,
     epochs trained)."""
-    from rankers.pipeline import compose_config, train
+    from hydra.utils import get_method
+
+    from rankers.pipeline import compose_config
     from rankers.score import score_file
 
     out = workdir / f"{model}-{seed}-{Path(files['test']).stem}"  # one folder per fold: no -vN checkpoints
@@ -96,9 +128,15 @@ def fit_ours(model: str, files: dict[str, str], workdir: Path, overrides: list[s
         output_dir=out,
         data_dir=workdir / "data",
     )
-    results = train(cfg)
+    results = get_method(cfg.entry)(cfg)  # model=auto has its own entry (rankers.selection.run.train_auto)
     exported = out / "export" / "scorer.pt"
-    return score_file(exported, files["test"])[0], results["fit_seconds"], results.get("epochs")
+    # model=auto: its whole cost (cross-validation, refit); the chosen candidate in place of epochs
+    seconds = results.get("total_seconds", results["fit_seconds"])
+    return (
+        score_file(exported, files["test"])[0],
+        seconds,
+        results.get("selection", {}).get("chosen", results.get("epochs")),
+    )
 
 
 def _group_sizes(data: LetorData) -> np.ndarray:
@@ -173,11 +211,16 @@ PEERS: dict[str, Callable[[Split, int], tuple[np.ndarray, float]]] = {
 }
 # peers that train on the whole training split (no validation split carved out of it)
 WHOLE_TRAINING_SPLIT = {"lightgbm-defaults", "xgboost-defaults"}
-# RankLib's rankers as the issue tracker ran them (its defaults; RankBoost: 300 rounds, 10 thresholds)
+# RankLib's eight rankers as the issue tracker ran them (its defaults; RankBoost: 300 rounds, 10 thresholds)
 RANKLIB = {
+    "ranklib-mart": (0, []),
+    "ranklib-ranknet": (1, []),
     "ranklib-rankboost": (2, ["-round", "300", "-tc", "10"]),
+    "ranklib-adarank": (3, []),
     "ranklib-coordascent": (4, []),
     "ranklib-lambdamart": (6, []),
+    "ranklib-listnet": (7, []),
+    "ranklib-randomforests": (8, []),
 }
 
 

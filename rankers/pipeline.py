@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -215,16 +216,27 @@ def _select_epochs_if_asked(cfg: DictConfig, datamodule: Any) -> EpochSelection 
     return selection
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
-    _refuse_unused_variant(cfg)
-    pl.seed_everything(cfg.seed, workers=True)
-    out = Path(cfg.paths.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Fitted:
+    """A fitted ranker and what the rest of the run needs of its fit (``fit``)."""
 
-    datamodule = instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    model: pl.LightningModule
+    trainer: pl.Trainer
+    fit_seconds: float  # the fit, with the epoch selection's cost when there was one
+    validating: bool
+    selection: EpochSelection | None
+    selection_seconds: float
+
+    @property
+    def best_checkpoint(self) -> str:
+        saver = self.trainer.checkpoint_callback
+        return saver.best_model_path if saver is not None else ""
+
+
+def fit(cfg: DictConfig, datamodule: Any, out: Path) -> Fitted:
+    """Build ``cfg.model`` for a set-up ``datamodule`` and fit it as ``train.py`` does (epoch selection
+    without validation when asked, early stopping and checkpoints with a validation split, the last
+    epoch without one). ``train`` and ``rankers.selection`` (the fold fits of ``model=auto``) call it."""
     start = time.perf_counter()
     selection = _select_epochs_if_asked(cfg, datamodule)
     selection_seconds = time.perf_counter() - start  # part of the fit's cost: in fit_seconds
@@ -241,16 +253,38 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("no validation split: every training query trains; the last epoch's model is kept")
     for logger in loggers:
         logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
-
     fit_seconds = _fit_or_exit(trainer, model, datamodule, cfg, out)
+    return Fitted(model, trainer, fit_seconds + selection_seconds, validating, selection, selection_seconds)
 
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit the configured ranker, evaluate the best checkpoint, write ``results.json`` and the export."""
+    _refuse_unused_variant(cfg)
+    pl.seed_everything(cfg.seed, workers=True)
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    fitted = fit(cfg, datamodule, out)
+    return report(cfg, fitted, datamodule, out)
+
+
+def report(
+    cfg: DictConfig, fitted: Fitted, datamodule: Any, out: Path, *, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate and test the best checkpoint of a fit, export it and write ``results.json`` (with
+    ``extra``'s entries added: ``model=auto``'s selection table and bound)."""
+    model, trainer, validating, selection = fitted.model, fitted.trainer, fitted.validating, fitted.selection
+    selection_seconds = fitted.selection_seconds
+    best = fitted.best_checkpoint
     ckpt = best or None
     results: dict[str, Any] = {
         "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val")
         if validating
         else {},
-        "fit_seconds": fit_seconds + selection_seconds,
+        "fit_seconds": fitted.fit_seconds,
         "epochs": trainer.current_epoch,
         "best_checkpoint": best,
         "seed": cfg.seed,
@@ -279,6 +313,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     extra_results = getattr(model, "extra_results", None)
     if extra_results is not None and trainer.is_global_zero:
         results.update(extra_results(out))
+    results.update(extra or {})
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
         _write_report(out, results, cfg)
