@@ -298,4 +298,3 @@ def tree_count_and_width(n_trees: int, max_leaves: int) -> tuple[int, int]:
     """Preallocated node-array shape ``[T, M]`` for a forest's hyperparameters (checkpoints keep one
     shape): ``M = 2 * max_leaves - 1``, a binary tree's most nodes."""
     return n_trees, 2 * max_leaves - 1
-
