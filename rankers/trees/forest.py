@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.tree import DecisionTreeRegressor
 from torch import Tensor, nn
 
@@ -140,7 +140,6 @@ def fit_forest(
     if len(labels) == 0:
         raise ValueError("a random forest needs training documents: none were given")
     rng = np.random.default_rng(seed)
-    bags = [bootstrap_weights(offsets, rng, kind=bootstrap, rate=sample_rate) for _ in range(n_trees)]
     seeds = rng.integers(0, 2**31 - 1, n_trees)
     options = {
         "max_features": feature_rate,
@@ -150,9 +149,15 @@ def fit_forest(
     }
     features = np.ascontiguousarray(features, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.float64)
-    trees = Parallel(n_jobs=n_jobs, prefer="threads")(
-        delayed(_fit_one)(features, labels, w, int(s), options) for w, s in zip(bags, seeds, strict=True)
-    )
+    # a few trees per thread at a time: the bags' weights of one chunk in memory, and an exception raised
+    # in this thread between two chunks (model=auto's time budget, SIGALRM) stops the fit within a chunk
+    parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+    chunk = 4 * effective_n_jobs(n_jobs)
+    trees: list[DecisionTreeRegressor | None] = []
+    for start in range(0, n_trees, chunk):
+        part = seeds[start : start + chunk]
+        bags = [bootstrap_weights(offsets, rng, kind=bootstrap, rate=sample_rate) for _ in part]
+        trees += parallel(delayed(_fit_one)(features, labels, w, int(s), options) for w, s in zip(bags, part))
     return [tree for tree in trees if tree is not None]
 
 
