@@ -287,7 +287,7 @@ class TreeEnsembleScorer(nn.Module):
         node = self.roots.expand(x.shape[0], self.n_trees)  # [N, T] flat node index
         for _ in range(self.depth):
             right = both.gather(1, self.feature[node]) > self.threshold[node]
-            node = self.left[node] + right.long()
+            node = self.left[node] + right  # bool promotes to 0 / 1
         scores = self.value[node].sum(-1) / max(self.n_trees, 1)
         return scores.reshape(shape)
 

@@ -71,6 +71,9 @@ class RandomForestModule(pl.LightningModule):
         n_jobs: threads growing trees (``-1``: every core).
         ks, gain, empty, monitor: metric conventions (``metrics.functional``).
         score_chunk: documents scored at once in evaluation (``[chunk, n_trees]`` node indices).
+        cpu_threads: torch threads while fitting / evaluating on CPU (None: leave as is). A traversal
+            step is a few gathers: on 2 busy cores, two torch threads scored letor_a's test split
+            15x slower than one (3.1 s against 0.2 s). The trees grow in ``n_jobs`` threads regardless.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class RandomForestModule(pl.LightningModule):
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
         score_chunk: int = 8192,
+        cpu_threads: int | None = 1,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]
@@ -190,6 +194,19 @@ class RandomForestModule(pl.LightningModule):
         }
 
     # -- Lightning ------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        """On CPU, run the stage with ``cpu_threads`` torch threads (restored in ``teardown``)."""
+        count = self.hparams.cpu_threads
+        if count is not None and self.trainer.strategy.root_device.type == "cpu":
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(count)
+
+    def teardown(self, stage: str) -> None:
+        previous = getattr(self, "_threads_before", None)
+        if previous is not None:
+            torch.set_num_threads(previous)
+            self._threads_before = None
+
     def on_train_start(self) -> None:
         if int(self.n_fitted) > 0:  # resumed from a checkpoint of a finished fit
             return
