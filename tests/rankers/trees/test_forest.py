@@ -160,3 +160,16 @@ def test_train_py_fits_once_checkpoints_and_exports_the_same_scores(make_cfg, tm
     write_letor(path, LetorData(features, labels, qids, offsets, str(path)))
     scores, _ = score_file(run / "export" / "scorer.onnx", path)
     np.testing.assert_allclose(scores, model(torch.from_numpy(features)[None])[0].numpy(), atol=1e-5)
+
+
+def test_random_forest_is_a_model_auto_candidate_and_on_its_default_list():
+    from hydra import compose, initialize_config_dir
+
+    from rankers.pipeline import ROOT
+    from rankers.selection.cv import parse_candidate
+    from rankers.selection.run import _compose_model
+
+    model = _compose_model(parse_candidate("random_forest model.n_trees=5"))
+    assert model._target_ == "rankers.trees.module.RandomForestModule" and model.n_trees == 5
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        assert "random_forest" in compose("config", overrides=["model=auto"]).model.candidates
