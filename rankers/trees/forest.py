@@ -1,0 +1,305 @@
+"""A random forest of regression trees on the relevance labels, as RankLib's RandomForests (Breiman
+2001, bagged MART trees) builds it, grown by scikit-learn and scored by a tensorized traversal.
+
+    python train.py model=random_forest data=letor data.train=train.txt data.test=test.txt
+
+RankLib's ``RFRanker`` at its defaults (``-ranker 8``: ``-bag 300 -srate 1.0 -frate 0.3 -rtype 0
+-tree 1 -leaf 100 -mls 1``): each of 300 bags draws as many *queries* as the training set has, with
+replacement (``Sampler.doSampling(samples, 1.0, true)``), and fits MART with one tree of at most 100
+leaves. With one tree MART's pseudo-response is ``label - 0``, so the tree is a least-squares
+regression tree on the labels; each leaf outputs the mean label of its documents; every node's
+split looks at a fresh sample of 30% of the features without replacement
+(``FeatureHistogram.findBestSplit``); leaves hold at least one document; the tree grows best-first
+until it has 100 leaves. The forest's score is the mean of the bags' trees (MART's shrinkage 0.1 on
+its one tree scales every score alike and changes no ranking).
+
+Here each bag is a ``sklearn.tree.DecisionTreeRegressor(max_features=0.3, max_leaf_nodes=100,
+min_samples_leaf=1)`` fitted with ``sample_weight`` = how often the bootstrap drew each document's
+query: the same weighted least-squares tree as fitting the duplicated queries, without copying
+them. Not ``RandomForestRegressor``: it bootstraps documents, not queries. Two differences from
+RankLib remain: sklearn tries every midpoint between distinct values as a threshold (RankLib at most
+256 equal-width candidates per feature), and its best-first order splits the leaf with the largest
+impurity decrease first (RankLib: the largest squared error).
+
+The scorer (``TreeEnsembleScorer``) holds every tree as node arrays ``feature, threshold, left,
+right, value, missing_left [T, M]`` (``M = 2 * max_leaves - 1``, padding nodes unused); a leaf
+points to itself, so ``depth`` steps of one gather over all trees at once bring every document to
+its leaf: ``node <- left[node] if x[feature[node]] <= threshold[node] else right[node]``.
+
+NaN features: a NaN goes where sklearn's ``predict`` sends it, ``missing_left`` per node (the
+side that held more training documents when no NaN was seen in training, which is always the case
+here: the LETOR readers refuse NaN). ``+inf`` goes right at every split and ``-inf`` left, as the
+comparison says (sklearn's ``predict`` refuses infinities).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from joblib import Parallel, delayed, effective_n_jobs
+from sklearn.tree import DecisionTreeRegressor
+from torch import Tensor, nn
+
+__all__ = [
+    "BOOTSTRAPS",
+    "SPLITTERS",
+    "TreeArrays",
+    "TreeEnsembleScorer",
+    "bootstrap_weights",
+    "fit_forest",
+    "forest_scores_numpy",
+    "pack_trees",
+    "tree_count_and_width",
+]
+
+BOOTSTRAPS = ("queries", "documents", "none")
+SPLITTERS = ("best", "random")
+
+
+def bootstrap_weights(
+    offsets: np.ndarray, rng: np.random.Generator, *, kind: str = "queries", rate: float = 1.0
+) -> np.ndarray:
+    """One bag's per-document weights ``[N]``: how often the bootstrap drew each document.
+
+    Args:
+        offsets: ``[Q + 1]`` query boundaries (query ``q`` is documents ``offsets[q]:offsets[q+1]``).
+        kind: ``queries`` (RankLib: ``int(rate * Q)`` queries drawn with replacement, a query's
+            documents share its count), ``documents`` (``int(rate * N)`` documents with replacement,
+            ``RandomForestRegressor``'s bootstrap) or ``none`` (every weight 1).
+        rate: the bag's size as a share of the training set (RankLib's ``-srate``).
+
+    Example:
+        >>> w = bootstrap_weights(np.array([0, 2, 5]), np.random.default_rng(0))
+        >>> w.tolist()  # the second query drawn twice, the first not at all
+        [0.0, 0.0, 2.0, 2.0, 2.0]
+    """
+    if kind not in BOOTSTRAPS:
+        raise ValueError(f"bootstrap must be one of {BOOTSTRAPS}, got {kind!r}")
+    n_queries, n_docs = len(offsets) - 1, int(offsets[-1])
+    if kind == "none":
+        return np.ones(n_docs)
+    if kind == "documents":
+        return np.bincount(rng.integers(0, n_docs, int(rate * n_docs)), minlength=n_docs).astype(np.float64)
+    counts = np.bincount(rng.integers(0, n_queries, int(rate * n_queries)), minlength=n_queries)
+    return np.repeat(counts, np.diff(offsets)).astype(np.float64)
+
+
+def _fit_one(
+    features: np.ndarray, labels: np.ndarray, weights: np.ndarray, seed: int, options: dict
+) -> DecisionTreeRegressor | None:
+    used = weights > 0  # documents outside the bag cost nothing (sklearn still sorts weight-0 rows)
+    if not used.any():
+        return None
+    tree = DecisionTreeRegressor(random_state=seed, **options)
+    return tree.fit(features[used], labels[used], sample_weight=weights[used])
+
+
+def fit_forest(
+    features: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    n_trees: int = 300,
+    sample_rate: float = 1.0,
+    feature_rate: float = 0.3,
+    max_leaves: int = 100,
+    min_leaf: int = 1,
+    bootstrap: str = "queries",
+    splitter: str = "best",
+    seed: int = 0,
+    n_jobs: int | None = -1,
+) -> list[DecisionTreeRegressor]:
+    """Fit the forest: ``n_trees`` bags, one least-squares regression tree on the labels each.
+
+    Args:
+        features: ``[N, F]`` float32, the documents of every training query in query order.
+        labels: ``[N]`` graded relevance.
+        offsets: ``[Q + 1]`` query boundaries.
+        n_trees: bags (RankLib's ``-bag``); sample_rate: ``-srate``; feature_rate: the share of
+            features each split considers (``-frate``, sklearn's ``max_features``); max_leaves:
+            ``-leaf``; min_leaf: ``-mls``; bootstrap: see ``bootstrap_weights``; splitter: ``best``
+            (every threshold, as RankLib) or ``random`` (one random threshold per feature: extra-trees).
+        seed: draws every bag and every tree's feature samples (RankLib's draws are unseeded).
+        n_jobs: threads fitting trees at once (sklearn releases the GIL while growing a tree;
+            ``-1``: every core, ``None``: one).
+
+    Returns:
+        The fitted trees, in bag order (a bag that drew no document is skipped).
+    """
+    if splitter not in SPLITTERS:
+        raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}")
+    if n_trees < 1 or max_leaves < 2 or min_leaf < 1 or not 0 < feature_rate <= 1 or not sample_rate > 0:
+        raise ValueError(
+            "need n_trees >= 1, max_leaves >= 2, min_leaf >= 1, 0 < feature_rate <= 1 and sample_rate > 0, got "
+            f"{n_trees}, {max_leaves}, {min_leaf}, {feature_rate}, {sample_rate}"
+        )
+    if len(labels) == 0:
+        raise ValueError("a random forest needs training documents: none were given")
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**31 - 1, n_trees)
+    options = {
+        "max_features": feature_rate,
+        "max_leaf_nodes": max_leaves,
+        "min_samples_leaf": min_leaf,
+        "splitter": splitter,
+    }
+    features = np.ascontiguousarray(features, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.float64)
+    # a few trees per thread at a time: the bags' weights of one chunk in memory, and an exception raised
+    # in this thread between two chunks (model=auto's time budget, SIGALRM) stops the fit within a chunk
+    parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+    chunk = 4 * effective_n_jobs(n_jobs)
+    trees: list[DecisionTreeRegressor | None] = []
+    for start in range(0, n_trees, chunk):
+        part = seeds[start : start + chunk]
+        bags = [bootstrap_weights(offsets, rng, kind=bootstrap, rate=sample_rate) for _ in part]
+        trees += parallel(delayed(_fit_one)(features, labels, w, int(s), options) for w, s in zip(bags, part))
+    return [tree for tree in trees if tree is not None]
+
+
+@dataclass
+class TreeArrays:
+    """Trees as node arrays ``[T, M]`` (numpy), nodes numbered so that siblings are adjacent: the
+    right child of ``n`` is ``left[n] + 1``. A leaf's ``left`` is itself and its threshold ``+inf``
+    (no value goes right of it), so traversal stays put once there."""
+
+    feature: np.ndarray  # int64, 0 at leaves and padding
+    threshold: np.ndarray  # float32: the largest float32 <= sklearn's float64 threshold; +inf at leaves
+    left: np.ndarray  # int64, local node index of the left child (the right child is left + 1)
+    value: np.ndarray  # float32 leaf outputs (0 at internal nodes)
+    nan_right: np.ndarray  # bool: a NaN goes right at this node (sklearn's missing_go_to_left, negated)
+    depth: int  # the deepest leaf's depth: traversal steps
+
+
+def _float32_at_most(threshold: np.ndarray) -> np.ndarray:
+    """The largest float32 ``<=`` each float64: for a float32 ``x``, ``x <= t`` iff ``x <= result``."""
+    down = threshold.astype(np.float32)
+    above = down.astype(np.float64) > threshold
+    down[above] = np.nextafter(down[above], np.float32(-np.inf))
+    return down
+
+
+def _siblings_adjacent(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """sklearn's node ids (depth-first) -> new ids in breadth-first order where every node's two
+    children get consecutive ids: ``order[new] = old``."""
+    order, head = [0], 0
+    while head < len(order):
+        old = order[head]
+        if left[old] >= 0:
+            order += [int(left[old]), int(right[old])]
+        head += 1
+    return np.asarray(order)
+
+
+def pack_trees(trees: Sequence[DecisionTreeRegressor], max_nodes: int | None = None) -> TreeArrays:
+    """Fitted sklearn regression trees -> ``TreeArrays`` with ``M = max_nodes`` (default: the largest
+    tree's node count) columns.
+
+    Example:
+        >>> X, y = np.array([[0.0], [1.0], [2.0]], np.float32), np.array([0.0, 1.0, 2.0])
+        >>> arrays = pack_trees([DecisionTreeRegressor(max_leaf_nodes=2).fit(X, y)])
+        >>> arrays.left.tolist(), arrays.threshold.tolist(), arrays.value.tolist(), arrays.depth
+        ([[1, 1, 2]], [[0.5, inf, inf]], [[0.0, 0.0, 1.5]], 1)
+    """
+    sizes = [t.tree_.node_count for t in trees]
+    width = max(sizes, default=1) if max_nodes is None else max_nodes
+    if sizes and max(sizes) > width:
+        raise ValueError(f"a tree has {max(sizes)} nodes, more than the {width} the arrays hold")
+    shape = (len(trees), width)
+    arrays = TreeArrays(
+        feature=np.zeros(shape, np.int64),
+        threshold=np.full(shape, np.inf, np.float32),
+        left=np.broadcast_to(np.arange(width), shape).copy(),
+        value=np.zeros(shape, np.float32),
+        nan_right=np.zeros(shape, bool),
+        depth=max((t.tree_.max_depth for t in trees), default=0),
+    )
+    for i, tree in enumerate(trees):
+        t = tree.tree_
+        order = _siblings_adjacent(t.children_left, t.children_right)  # order[new] = old
+        new_id = np.empty_like(order)
+        new_id[order] = np.arange(len(order))
+        n = len(order)
+        old_left = t.children_left[order]
+        internal = old_left >= 0
+        arrays.feature[i, :n] = np.where(internal, t.feature[order], 0)
+        arrays.threshold[i, :n] = np.where(internal, _float32_at_most(t.threshold[order]), np.inf)
+        arrays.left[i, :n] = np.where(internal, new_id[np.maximum(old_left, 0)], np.arange(n))
+        arrays.value[i, :n] = np.where(internal, 0.0, t.value[order, 0, 0])
+        arrays.nan_right[i, :n] = internal & (np.asarray(t.missing_go_to_left)[order] == 0)
+    return arrays
+
+
+class TreeEnsembleScorer(nn.Module):
+    """The forest's mean tree output: raw features ``[..., F]`` -> scores ``[...]``.
+
+    Node arrays ``[T, M]`` are buffers flattened to ``[T * M]`` so that one gather indexes every
+    tree at once; ``depth`` steps of
+
+        node <- left[node] + (x[feature[node]] > threshold[node])
+
+    reach every leaf. NaN costs nothing per step: the features are read from ``[x with NaN -> -inf,
+    x with NaN -> +inf]`` (``[N, 2F]``), and a node whose NaN goes right reads the second half.
+    ``n_trees`` of the ``T`` rows score (the rest are unused preallocated rows).
+    """
+
+    def __init__(
+        self,
+        feature: Tensor,
+        threshold: Tensor,
+        left: Tensor,
+        value: Tensor,
+        nan_right: Tensor,
+        *,
+        depth: int,
+        n_features: int,
+        n_trees: int | None = None,
+    ) -> None:
+        super().__init__()
+        t = feature.shape[0] if n_trees is None else n_trees
+        width = feature.shape[1]
+        base = torch.arange(t, dtype=torch.long)[:, None] * width  # [T, 1]: each tree's first flat node
+        self.register_buffer("feature", (feature[:t].long() + n_features * nan_right[:t].long()).reshape(-1))
+        self.register_buffer("threshold", threshold[:t].reshape(-1).float())
+        self.register_buffer("left", (left[:t].long() + base).reshape(-1))  # flat indices
+        self.register_buffer("value", value[:t].reshape(-1).float())
+        self.register_buffer("roots", base.reshape(1, -1))
+        self.depth = int(depth)
+        self.n_trees = int(t)
+        self.n_features = int(n_features)
+
+    @classmethod
+    def from_arrays(cls, arrays: TreeArrays, n_features: int) -> TreeEnsembleScorer:
+        tensors = (arrays.feature, arrays.threshold, arrays.left, arrays.value, arrays.nan_right)
+        return cls(
+            *(torch.from_numpy(np.ascontiguousarray(a)) for a in tensors), depth=arrays.depth, n_features=n_features
+        )
+
+    def forward(self, features: Tensor) -> Tensor:
+        shape = features.shape[:-1]
+        x = features.reshape(-1, features.shape[-1]).float()  # [N, F]
+        nan = torch.isnan(x)
+        both = torch.cat([x.masked_fill(nan, -math.inf), x.masked_fill(nan, math.inf)], 1)  # [N, 2F]
+        node = self.roots.expand(x.shape[0], self.n_trees)  # [N, T] flat node index
+        for _ in range(self.depth):
+            right = both.gather(1, self.feature[node]) > self.threshold[node]
+            node = self.left[node] + right  # bool promotes to 0 / 1
+        scores = self.value[node].sum(-1) / max(self.n_trees, 1)
+        return scores.reshape(shape)
+
+
+def forest_scores_numpy(trees: Sequence[DecisionTreeRegressor], features: np.ndarray) -> np.ndarray:
+    """sklearn's own mean prediction ``[N]`` (float64): the reference the tensorized scorer matches."""
+    if not trees:
+        return np.zeros(len(features))
+    return np.mean([tree.predict(features) for tree in trees], axis=0)
+
+
+def tree_count_and_width(n_trees: int, max_leaves: int) -> tuple[int, int]:
+    """Preallocated node-array shape ``[T, M]`` for a forest's hyperparameters (checkpoints keep one
+    shape): ``M = 2 * max_leaves - 1``, a binary tree's most nodes."""
+    return n_trees, 2 * max_leaves - 1
