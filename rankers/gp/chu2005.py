@@ -40,16 +40,21 @@ def _plt():
 
 
 # -- Figure 1: the spiral ---------------------------------------------------------------------------
-def spiral_points(n: int = 35, turns: float = 1.5, r0: float = 0.2, r1: float = 1.5) -> torch.Tensor:
-    """``n`` points evenly spaced in angle along an Archimedean spiral, ``[n, 2]`` float64.
+def spiral_points(n: int = 35, turns: float = 1.5, r0: float = 0.5, r1: float = 2.5) -> torch.Tensor:
+    """``n`` points evenly spaced in arc length along an Archimedean spiral, ``[n, 2]`` float64,
+    from the centre (point 0) outwards.
 
-    The paper shows the picture, not the formula: 1.5 turns from radius 0.2 to 1.5, so that the
-    arms are ~0.9 apart and each point's 3 nearest neighbours lie along the spiral, not across it.
+    The paper shows the picture, not the formula: 1.5 turns from radius 0.5 to 2.5 put neighbours
+    0.42 apart along the spiral and the arms 1.33 apart, so each point's 3 nearest neighbours lie
+    along the spiral, not across it, and the kernel's length-scale (``kappa = 4``: 0.5) links
+    neighbours but not arms.
     """
-    t = torch.linspace(0.0, 1.0, n, dtype=torch.float64)
-    angle = 0.5 * math.pi + 2 * math.pi * turns * t
-    radius = r0 + (r1 - r0) * t
-    return torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], 1)
+    theta = torch.linspace(0.0, 2 * math.pi * turns, 20001, dtype=torch.float64)
+    radius = r0 + (r1 - r0) * theta / theta[-1]
+    curve = torch.stack([radius * torch.cos(theta), radius * torch.sin(theta)], 1)
+    length = torch.cat([curve.new_zeros(1), curve.diff(dim=0).norm(dim=1).cumsum(0)])
+    at = torch.linspace(0.0, float(length[-1]), n, dtype=torch.float64)
+    return curve[torch.searchsorted(length, at).clamp(max=len(length) - 1)]
 
 
 def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
