@@ -21,8 +21,10 @@ tasks with fewer pairs; all tasks run as one tensor program, Newton steps includ
 
 Conventions: padded pairs (mask False) carry no likelihood and no gradient. A pair of an item with
 itself is refused. Contradicting pairs (``a > b`` and ``b > a``) are *allowed*: under the probit
-likelihood they are two noisy observations that cancel (the mode is as if neither was seen, the
-posterior is tighter); ``check_pairs(..., conflicts="error")`` refuses them instead.
+likelihood they are two noisy observations whose joint term ``log Phi(z) + log Phi(-z)`` is largest
+at ``z = 0``, so they pull ``f(a)`` and ``f(b)`` together (with nothing else observed the mode stays
+the prior's, ``f = 0``); everything stays finite. ``check_pairs(..., conflicts="error")`` (and
+``model.conflicts=error``) refuses them instead.
 """
 
 from __future__ import annotations
