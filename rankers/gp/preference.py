@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rankers.gp.kernels import cholesky_jitter
+from rankers.gp.kernels import cholesky_jitter, rbf
 
 SQRT2 = math.sqrt(2.0)
 
@@ -357,3 +357,53 @@ def log_evidence(prior: Tensor, v: Tensor, u: Tensor, sigma: Tensor, mask: Tenso
     eye = torch.eye(s_mat.shape[-1], dtype=s_mat.dtype, device=s_mat.device)
     chol, _ = cholesky_jitter(eye + sw[..., :, None] * s_mat * sw[..., None, :], name="B")
     return psi - chol.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+
+
+def fit_hyperparameters(
+    x: Tensor,
+    v: Tensor,
+    u: Tensor,
+    *,
+    kappa: Tensor | float = 1.0,
+    sigma: float = 1.0,
+    kappa0: float = 1.0,
+    ard: bool = False,
+    steps: int = 30,
+) -> dict[str, Tensor | float]:
+    """Kernel width(s) ``kappa`` and noise ``sigma`` maximizing the Laplace evidence (L-BFGS in logs).
+
+    ``kappa0`` stays fixed: scaling ``f`` by ``c`` leaves every preference probability unchanged when
+    ``sigma`` scales by ``c``, so the evidence is flat along ``(c^2 kappa0, c sigma)`` and only
+    their ratio is identifiable; fixing ``kappa0`` removes the flat direction.
+
+    Args:
+        x: ``[n, d]`` items; v, u: ``[K]`` pairs ``v > u``; kappa: start (float, or ``[d]`` with ``ard``).
+
+    Returns:
+        ``{"kappa": [d] or scalar tensor, "sigma": float, "kappa0": float, "log_evidence": float}``.
+    """
+    d = x.shape[-1]
+    start = torch.as_tensor(kappa, dtype=x.dtype, device=x.device)
+    if ard and start.dim() == 0:
+        start = start.expand(d)
+    log_kappa = start.clone().log().requires_grad_(True)
+    log_sigma = torch.tensor(math.log(sigma), dtype=x.dtype, device=x.device, requires_grad=True)
+    optimizer = torch.optim.LBFGS([log_kappa, log_sigma], max_iter=steps, line_search_fn="strong_wolfe")
+
+    def objective() -> Tensor:
+        optimizer.zero_grad()
+        prior = rbf(x, x, kappa0, log_kappa.exp(), ard=ard)
+        loss = -log_evidence(prior, v, u, log_sigma.exp())[0]
+        loss.backward()
+        return loss
+
+    optimizer.step(objective)
+    with torch.no_grad():
+        prior = rbf(x, x, kappa0, log_kappa.exp(), ard=ard)
+        value = float(fit(prior, v, u, log_sigma.exp()).log_evidence[0])
+    return {
+        "kappa": log_kappa.detach().exp(),
+        "sigma": float(log_sigma.detach().exp()),
+        "kappa0": float(kappa0),
+        "log_evidence": value,
+    }

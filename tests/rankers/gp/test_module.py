@@ -1,0 +1,83 @@
+"""model=gp_preference end to end: fit under train.py on tiny LETOR data, the subsample counts in
+results.json, and the exported scorers reproducing the module's scores (TorchScript, ONNX, rankers.score)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from datamodules.letor_io import read_letor
+from rankers.gp.module import GPScorer, within_query_pairs
+from rankers.pipeline import fit, report
+from rankers.score import score_file
+
+DATA = [
+    "data.n_train_queries=40",
+    "data.n_val_queries=8",
+    "data.n_test_queries=8",
+    "data.mean_docs=10",
+    "data.num_features=6",
+    "trainer.log_every_n_steps=1",
+    "callbacks.progress_bar.refresh_rate=0",
+]
+
+
+@pytest.mark.slow
+def test_fit_report_and_export(make_cfg, tmp_path):
+    out = tmp_path / "run"
+    cfg = make_cfg(
+        "model=gp_preference",
+        "model.max_items=80",
+        "model.max_pairs=150",
+        "model.optimize_steps=3",
+        *DATA,
+        out=out,
+        tiny=False,
+    )
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    fitted = fit(cfg, datamodule, out)
+    results = report(cfg, fitted, datamodule, out)
+    saved = json.loads((out / "results.json").read_text())
+    counts = saved["gp"]
+    assert counts["items"] <= 80 and counts["pairs"] <= 150 and counts["queries_used"] <= counts["queries"] == 40
+    assert counts["pairs"] == min(150, counts["pairs_in_used_queries"])
+    assert np.isfinite(counts["log_evidence"]) and counts["sigma"] > 0
+    assert results["test"]["ndcg@10"] > saved["test_random_scores"]["ndcg@10"]
+    # the exports score a LETOR file as the module does (normalization inside)
+    test_file = next(Path(cfg.paths.data_dir).rglob("test.txt"))
+    letor = read_letor(test_file)
+    model = fitted.model.cpu().eval()
+    for key in ("torchscript", "onnx"):
+        scores, data = score_file(saved["export"][key], test_file)
+        for start, stop in zip(data.offsets[:-1], data.offsets[1:]):
+            features = torch.from_numpy(letor.features[start:stop]).float()[None]
+            with torch.no_grad():
+                expected = model(features, torch.ones(features.shape[:2], dtype=torch.bool))[0]
+            np.testing.assert_allclose(scores[start:stop], expected.numpy(), atol=2e-5, rtol=1e-4)
+
+
+def test_the_scorer_is_the_kernel_expansion():
+    g = torch.Generator().manual_seed(0)
+    items, alpha = torch.randn(7, 3, generator=g), torch.randn(7, generator=g)
+    kappa = torch.tensor([0.5, 1.0, 2.0])
+    scorer = GPScorer(items, alpha, kappa, 0.5)
+    x = torch.randn(1, 4, 3, generator=g)
+    expected = torch.zeros(4)
+    for row in range(4):
+        for i in range(7):
+            expected[row] += alpha[i] * 0.5 * torch.exp(-0.5 * (kappa * (x[0, row] - items[i]) ** 2).sum())
+    torch.testing.assert_close(scorer(x)[0], expected, atol=1e-6, rtol=1e-5)
+    scripted = torch.jit.script(scorer)
+    torch.testing.assert_close(scripted(x), scorer(x))
+
+
+def test_within_query_pairs_prefer_the_higher_label():
+    i, j = within_query_pairs(torch.tensor([2.0, 0.0, 1.0, 2.0]))
+    assert sorted(zip(i.tolist(), j.tolist())) == [(0, 1), (0, 2), (2, 1), (3, 1), (3, 2)]
