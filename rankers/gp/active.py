@@ -176,6 +176,7 @@ def run(
     sigma: float,
     generator: torch.Generator | None = None,
     error: Callable[[Tensor], Tensor] | None = None,
+    inference: str = "ep",
 ) -> ActiveRun:
     """Sequential active learning for ``T`` trials at once.
 
@@ -186,8 +187,9 @@ def run(
             (orientation irrelevant); init_v, init_u: ``[T, k0]`` the pairs labelled at the start.
         queries: how many pairs to ask; strategy: one of ``STRATEGIES``.
         error: ``latent [T, n] -> [T]`` (default: ``pair_error`` against ``target`` over all pairs).
+        inference: ``ep`` (the paper's) or ``laplace``: the Gaussian posterior each step fits.
 
-    Each step fits the Laplace posterior (warm-started from the previous step), scores the still
+    Each step fits the posterior (warm-started from the previous step), scores the still
     unused pool pairs, asks each trial's best one, and adds the oracle's answer.
     """
     if strategy not in STRATEGIES:
@@ -200,9 +202,9 @@ def run(
     available = torch.ones(pool_v.shape, dtype=torch.bool, device=pool_v.device)
     rows = torch.arange(pool_v.shape[0], device=pool_v.device)
     errors, steps = [], []
-    a0 = None
+    a0 = sites = None
     for q in range(queries + 1):
-        state = fit(prior, v, u, sigma, a0=a0)
+        state = fit(prior, v, u, sigma, a0=a0, sites=sites, inference=inference)
         steps.append(state.iterations)
         latent = (prior @ scatter_pairs(state.a, v, u, n)[..., None])[..., 0]  # f_hat = K D^T a
         errors.append(error(latent))
@@ -213,6 +215,8 @@ def run(
         available[rows, pick] = False
         v, u = torch.cat([v, new_v], 1), torch.cat([u, new_u], 1)
         a0 = torch.cat([state.a, state.a.new_zeros(len(rows), 1)], 1)
+        if state.sites is not None:  # EP: the previous sites, the new one empty
+            sites = tuple(torch.cat([t, t.new_zeros(len(rows), 1)], 1) for t in state.sites)
     return ActiveRun(errors=torch.stack(errors, 1), v=v, u=u, newton_steps=steps)
 
 

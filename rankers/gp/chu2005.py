@@ -182,20 +182,31 @@ def default_boston_path() -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "boston" / "boston_house_prices.csv"
 
 
-def load_table(path: str | Path | None) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """``(standardized features [n, d], target [n], path)``; refuses a missing file clearly."""
+SCALINGS = ("zscore", "minmax")
+
+
+def load_table(path: str | Path | None, scaling: str = "zscore") -> tuple[torch.Tensor, torch.Tensor, str]:
+    """``(scaled features [n, d], target [n], path)``; refuses a missing file clearly.
+
+    ``scaling``: ``zscore`` (mean 0, std 1 per column) or ``minmax`` (each column onto [0, 1]); the
+    paper does not say which scale its ``kappa`` refers to."""
     path = Path(path) if path else default_boston_path()
     if not path.is_file():
         raise TableFormatError(
             f"{path}: no such file. experiment=chu2005_boston needs Boston Housing in scikit-learn's CSV "
             "form (see ../shared/data/boston/README.md): give it with data.path=FILE.csv"
         )
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
     features, target, _ = read_numeric_table(path)
-    spread = features.std(0)
+    if scaling == "zscore":
+        centre, spread = features.mean(0), features.std(0)
+    else:
+        centre, spread = features.min(0), features.max(0) - features.min(0)
     constant = spread == 0
     if constant.any():  # a constant column carries nothing; dividing by its 0 spread would make NaN
         log.warning("%s: %d constant feature column(s) kept as zeros", path, int(constant.sum()))
-    features = (features - features.mean(0)) / np.where(constant, 1.0, spread)
+    features = (features - centre) / np.where(constant, 1.0, spread)
     return torch.from_numpy(features), torch.from_numpy(target), str(path)
 
 
@@ -245,6 +256,8 @@ def _boston(
     dtype: str = "float64",
     device: str | None = None,
     threads: int | None = None,
+    inference: str = "ep",
+    scaling: str = "zscore",
     out_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     start = time.perf_counter()
@@ -256,7 +269,7 @@ def _boston(
     for strategy in strategies:
         if strategy not in active.STRATEGIES:
             raise ValueError(f"chu2005_boston.strategies: each must be one of {active.STRATEGIES}, got {strategy!r}")
-    features, target, used = load_table(path)
+    features, target, used = load_table(path, scaling)
     dev = torch.device(device or "cpu")
     kind = getattr(torch, dtype)
     features, target = features.to(dev, kind), target.to(dev, kind)
@@ -287,6 +300,7 @@ def _boston(
                 strategy=strategy,
                 sigma=sigma,
                 generator=torch.Generator().manual_seed(seed + 1),
+                inference=inference,
             )
             errors = run.errors.double().cpu()
             after = errors[:, 1:]  # after query 1, 2, ...
@@ -330,6 +344,8 @@ def _boston(
             "tied_pairs_excluded": n * (n - 1) // 2 - n_eval,
             "dtype": dtype,
             "device": str(dev),
+            "inference": inference,
+            "scaling": scaling,
         },
         "seconds": {**seconds, "total": time.perf_counter() - start},
     }
