@@ -209,3 +209,33 @@ def test_an_indefinite_or_nan_prior_is_refused_not_nan():
         fit(prior, torch.tensor([0]), torch.tensor([1]), 0.01)
     with pytest.raises(NotPositiveDefiniteError, match="NaN"):
         fit(torch.full((2, 2), float("nan")), torch.tensor([0]), torch.tensor([1]), 0.1)
+
+
+def test_ep_is_exact_for_one_pair_and_batches():
+    """One site: EP's moment matching is the exact posterior mean and variance of f(v) - f(u)."""
+    x = torch.tensor([[0.0], [0.8], [2.0]], dtype=F64)
+    prior = rbf(x, x, 1.0, 1.0)
+    sigma = 0.2
+    state = fit(prior, torch.tensor([0]), torch.tensor([1]), sigma, inference="ep")
+    s2_prior = float(prior[0, 0] + prior[1, 1] - 2 * prior[0, 1])
+    s = math.sqrt(2) * sigma
+
+    def tilted(t):
+        return norm.cdf(t / s) * norm.pdf(t, 0, math.sqrt(s2_prior))
+
+    z = integrate.quad(tilted, -10, 10)[0]
+    m1 = integrate.quad(lambda t: t * tilted(t), -10, 10)[0] / z
+    m2 = integrate.quad(lambda t: t * t * tilted(t), -10, 10)[0] / z
+    mu, s2, _ = predict_pairs(
+        state, prior, torch.tensor([[0]]), torch.tensor([[1]]), torch.tensor([[0]]), torch.tensor([[1]]), sigma
+    )
+    assert float(mu[0, 0]) == pytest.approx(m1, abs=1e-9)
+    assert float(s2[0, 0]) == pytest.approx(m2 - m1 * m1, abs=1e-9)
+    # several pairs, tasks in one batch equal each alone (EP's sites move together)
+    _, prior6, v, u = _problem()
+    both = fit(prior6, torch.stack([v, v.flip(0)]), torch.stack([u, u.flip(0)]), 0.3, inference="ep")
+    for t, (vv, uu) in enumerate(((v, u), (v.flip(0), u.flip(0)))):
+        alone = fit(prior6, vv, uu, 0.3, inference="ep")
+        torch.testing.assert_close(both.sites[0][t], alone.sites[0][0], atol=1e-7, rtol=0)
+    with pytest.raises(ValueError, match="inference"):
+        fit(prior6, v, u, 0.3, inference="vb")
