@@ -17,6 +17,7 @@ from rankers.gp import (
     NotPositiveDefiniteError,
     check_pairs,
     fit,
+    fit_hyperparameters,
     log_evidence,
     pair_probability,
     posterior_latent,
@@ -239,3 +240,25 @@ def test_ep_is_exact_for_one_pair_and_batches():
         torch.testing.assert_close(both.sites[0][t], alone.sites[0][0], atol=1e-7, rtol=0)
     with pytest.raises(ValueError, match="inference"):
         fit(prior6, v, u, 0.3, inference="vb")
+
+
+def test_hyperparameters_maximize_the_evidence_as_scipy_does():
+    """fit_hyperparameters (L-BFGS on the autograd gradient) against Nelder-Mead on the evidence alone."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(15, 2, generator=g, dtype=F64)
+    y = torch.sin(2 * x[:, 0]) + 0.3 * x[:, 1]
+    i, j = torch.triu_indices(15, 15, 1)
+    pick = torch.randperm(len(i), generator=g)[:30]
+    i, j = i[pick], j[pick]
+    v, u = torch.where(y[i] > y[j], i, j), torch.where(y[i] > y[j], j, i)
+    found = fit_hyperparameters(x, v, u, kappa=1.0, sigma=1.0, steps=50)
+
+    def negative(theta):
+        prior = rbf(x, x, 1.0, math.exp(theta[0]))
+        return -float(fit(prior, v, u, math.exp(theta[1])).log_evidence[0])
+
+    ref = optimize.minimize(negative, [0.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9})
+    assert found["log_evidence"] == pytest.approx(-ref.fun, abs=1e-4)
+    assert found["log_evidence"] >= -negative([0.0, 0.0])
+    assert math.log(float(found["kappa"])) == pytest.approx(ref.x[0], abs=2e-2)
+    assert math.log(found["sigma"]) == pytest.approx(ref.x[1], abs=2e-2)
