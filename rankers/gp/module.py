@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from datamodules.normalization import FeatureNormalizer
 from metrics import ranking_metrics
 from rankers.export import export_scorer
-from rankers.gp.kernels import rbf
+from rankers.gp.kernels import deformation, knn_laplacian, rbf
 from rankers.gp.preference import check_pairs, fit, fit_hyperparameters, scatter_pairs
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,9 @@ class GPPreferenceModule(pl.LightningModule):
             ``fit_hyperparameters``); sigma: the likelihood noise of eq. (6).
         optimize: fit ``kappa`` and ``sigma`` by the Laplace evidence (L-BFGS, ``optimize_steps``).
         conflicts: ``allow`` | ``error``: contradicting pairs (none arise from one query's labels).
+        graph_neighbours: None (the GP prior of eq. 2) or k: the semi-supervised prior of eq. (5) over
+            the used queries' documents, every one kept (those in no pair are its unlabelled points)
+            with a k-NN graph; the hyperparameters are fit on the plain prior first.
         seed: the subsample's seed.
         ks, gain, empty, monitor: metric conventions (``metrics.functional``).
         cpu_threads: torch threads while fitting/evaluating on CPU (None: unchanged).
@@ -90,6 +93,7 @@ class GPPreferenceModule(pl.LightningModule):
         optimize: bool = True,
         optimize_steps: int = 20,
         conflicts: str = "allow",
+        graph_neighbours: int | None = None,
         seed: int = 0,
         ks: Sequence[int] = (1, 5, 10),
         gain: str = "exp2",
@@ -177,6 +181,8 @@ class GPPreferenceModule(pl.LightningModule):
         used = torch.zeros(len(x), dtype=torch.bool, device=x.device)
         used[v_all] = True
         used[u_all] = True
+        if self.hparams.graph_neighbours is not None:
+            used[:] = True  # the semi-supervised prior: documents in no pair are its unlabelled points
         renumber = torch.cumsum(used.long(), 0) - 1
         self.counts = {
             "queries": len(queries),
@@ -194,7 +200,13 @@ class GPPreferenceModule(pl.LightningModule):
     def on_train_start(self) -> None:
         if int(self.n_items) > 0:  # resumed from a fitted checkpoint
             return
-        x, v, u = self._training_pairs(self._queries(self.trainer.train_dataloader))
+        self.fit_queries(self._queries(self.trainer.train_dataloader))
+        self.log("train/log_evidence", self.counts["log_evidence"])
+
+    def fit_queries(self, queries: list[tuple[Tensor, Tensor]]) -> None:
+        """Fit on ``[(normalized features [L, F], labels [L])]`` queries: subsample, hyperparameters,
+        posterior; fills the scorer's buffers and ``self.counts``."""
+        x, v, u = self._training_pairs(queries)
         check_pairs(v, u, len(x), conflicts=self.hparams.conflicts)
         kappa = self.kappa.double()[0] if not self.hparams.ard else self.kappa.double()
         sigma = float(self.sigma)
@@ -211,9 +223,18 @@ class GPPreferenceModule(pl.LightningModule):
             )
             kappa, sigma = found["kappa"], found["sigma"]
         kappa_vec = kappa.expand(x.shape[1]) if kappa.dim() == 0 else kappa
-        prior = rbf(x, x, self.hparams.kappa0, kappa_vec, ard=True)
+        gram = rbf(x, x, self.hparams.kappa0, kappa_vec, ard=True)
+        prior, deform = gram, None
+        if self.hparams.graph_neighbours is not None:
+            # eq. (5) over the used queries' documents: k~(a, b) = k(a, b) - k(a, X) G k(X, b)
+            deform = deformation(gram, knn_laplacian(x, min(self.hparams.graph_neighbours, len(x) - 1)))
+            prior = gram - gram @ deform @ gram
+            prior = 0.5 * (prior + prior.T)
         state = fit(prior, v, u, sigma)
         alpha = scatter_pairs(state.a[0], v, u, len(x))
+        if deform is not None:
+            # f(x) = k~(x, X) alpha = k(x, X) (alpha - G K alpha): the same scorer with other weights
+            alpha = alpha - deform @ (gram @ alpha)
         n = len(x)
         self.items[:n] = x.to(self.items.dtype)
         self.alpha[:n] = alpha.to(self.alpha.dtype)
@@ -227,7 +248,6 @@ class GPPreferenceModule(pl.LightningModule):
             kappa=[float(k) for k in kappa_vec] if self.hparams.ard else float(kappa_vec[0]),
         )
         log.info("gp_preference: %s", self.counts)
-        self.log("train/log_evidence", float(state.log_evidence[0]))
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         if batch_idx == 0:

@@ -12,8 +12,9 @@ import torch
 from hydra.utils import instantiate
 
 from datamodules.letor_io import read_letor
-from rankers.gp.module import GPScorer, within_query_pairs
-from rankers.pipeline import fit, report
+from rankers import pipeline
+from rankers.gp import SemiSupervisedKernel, fit, posterior_latent, rbf
+from rankers.gp.module import GPPreferenceModule, GPScorer, within_query_pairs
 from rankers.score import score_file
 
 DATA = [
@@ -42,8 +43,8 @@ def test_fit_report_and_export(make_cfg, tmp_path):
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    fitted = fit(cfg, datamodule, out)
-    results = report(cfg, fitted, datamodule, out)
+    fitted = pipeline.fit(cfg, datamodule, out)
+    results = pipeline.report(cfg, fitted, datamodule, out)
     saved = json.loads((out / "results.json").read_text())
     counts = saved["gp"]
     assert counts["items"] <= 60 and counts["pairs"] <= 120 and counts["queries_used"] <= counts["queries"] == 40
@@ -81,3 +82,41 @@ def test_the_scorer_is_the_kernel_expansion():
 def test_within_query_pairs_prefer_the_higher_label():
     i, j = within_query_pairs(torch.tensor([2.0, 0.0, 1.0, 2.0]))
     assert sorted(zip(i.tolist(), j.tolist())) == [(0, 1), (0, 2), (2, 1), (3, 1), (3, 2)]
+
+
+def _queries(seed: int = 0, count: int = 6, length: int = 8, features: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        x = torch.randn(length, features, generator=g)
+        labels = (x[:, 0] + 0.3 * torch.randn(length, generator=g) > 0).float() + (x[:, 1] > 1).float()
+        out.append((x, labels))
+    return out
+
+
+@pytest.mark.parametrize("graph", [None, 3])
+def test_fit_queries_scores_the_posterior_mean_of_its_prior(graph):
+    """The module's scorer is the posterior mean under its prior (plain or graph-deformed), computed
+    here independently with SemiSupervisedKernel and posterior_latent."""
+    module = GPPreferenceModule(
+        n_features=3, max_items=40, max_pairs=60, kappa=0.5, sigma=0.3, optimize=False, graph_neighbours=graph
+    )
+    module.fit_queries(_queries())
+    counts = module.counts
+    assert counts["documents_in_used_queries"] <= 40 and counts["pairs"] <= 60
+    n = int(module.n_items)
+    cloud = module.items[:n].double()
+    assert n == (counts["documents_in_used_queries"] if graph else counts["items"])
+
+    def base(a, b):
+        return rbf(a, b, 1.0, 0.5)
+
+    kernel = base if graph is None else SemiSupervisedKernel(base, cloud, neighbours=graph)
+    # the pairs the module drew, recovered from its subsample by the same seeded steps
+    x, v, u = module._training_pairs(_queries())
+    assert torch.allclose(x, cloud.double(), atol=1e-6)
+    state = fit(kernel(x, x), v, u, 0.3)
+    new = torch.randn(5, 3, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    mean, _, _ = posterior_latent(state, kernel(x, new), torch.ones(5, dtype=torch.float64), v[None], u[None])
+    scores = module.scorer()(new.float()[None])[0]
+    torch.testing.assert_close(scores.double(), mean[0], atol=1e-5, rtol=1e-4)
