@@ -108,7 +108,7 @@ def _spiral(
         state = fit(prior, v, u, sigma)
         mean, var, _ = posterior_latent(state, prior, prior.diagonal(), v[None], u[None])
         cross = kernel(x, grid_points)
-        prior_diag = torch.stack([kernel(p[None], p[None])[0, 0] for p in grid_points.split(1)])
+        prior_diag = kernel(grid_points[:, None, :], grid_points[:, None, :])[:, 0, 0]  # each point a batch
         g_mean, g_var, _ = posterior_latent(state, cross, prior_diag, v[None], u[None])
         surfaces[name] = (g_mean[0].reshape(grid, grid), g_var[0].sqrt().reshape(grid, grid))
         results[name] = {

@@ -72,11 +72,12 @@ def check_pairs(v: Tensor, u: Tensor, n: int, mask: Tensor | None = None, *, con
         raise ValueError(f"a pair names an item outside [0, {n})")
     if bool((real_v == real_u).any()):
         raise ValueError("a pair prefers an item to itself (v == u): not a preference")
-    # a conflicting pair (a, b) with (b, a) in the same task: compare keys v*n+u with u*n+v
-    key = torch.where(mask, v * n + u, -1)
-    reverse = torch.where(mask, u * n + v, -2)
-    clash = (key[..., :, None] == reverse[..., None, :]).any(-1) & mask
-    count = int(clash.sum()) // 2
+    # a conflicting pair (a, b) with (b, a) in the same task: is the key of (u, v) among the keys of
+    # the task's pairs? (keys t*n*n + v*n + u; O(K log K), not a K x K comparison)
+    task = torch.arange(v[..., :1].numel(), device=v.device).reshape((*v.shape[:-1], 1)) if v.dim() > 1 else 0
+    key = (task * n + v) * n + u
+    reverse = (task * n + u) * n + v
+    count = int(torch.isin(reverse[mask], key[mask]).sum()) // 2
     if count and conflicts == "error":
         raise InconsistentPairsError(
             f"{count} contradicting preference(s): a > b and b > a both observed "
