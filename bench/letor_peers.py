@@ -11,6 +11,7 @@
         --peers lightgbm-defaults --json before.json          # then, after a change, the same folds:
     python bench/letor_peers.py --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
         --peers --against before.json --paired earlier:ranknet_listnet earlier:lightgbm-defaults
+    python bench/letor_peers.py --train T --folds 5 --no-val --models rankboost --plot peers.png   # + a bar chart
 
 Our models are trained as ``python train.py model=M data=letor data.train=... data.val=...
 data.test=...`` runs them (their defaults plus any ``--override``) and scored from the exported
@@ -52,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._ranklib import run_ranklib
 from bench._timing import machine
 from datamodules.letor_io import LetorData, read_letor, write_letor
+from rankers.plots import spread_bar_plot
 
 # every gradient-trained model of ours (conf/model/<name>.yaml), the default of --models
 GRADIENT_MODELS = [
@@ -372,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         help="print every row's paired ndcg@10 difference against these rows (NAME, or earlier:NAME from --against)",
     )
     parser.add_argument("--against", help="an earlier run's --json (same folds and seeds), for --paired earlier:NAME")
+    parser.add_argument("--plot", help="also draw ndcg@10 per row (mean bar, every run a dot, ± std) to this PNG")
     args = parser.parse_args(argv)
     if args.small and not (args.folds and args.no_val):
         parser.error("--small needs --folds and --no-val")
@@ -413,6 +416,10 @@ def main(argv: list[str] | None = None) -> None:
         print(", ".join(f"{model} {spread:.4f}" for model, spread in spreads.items() if spread is not None))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.plot:
+        runs = {model: [run["ndcg@10"] for run in model_runs] for model, model_runs in rows.items()}
+        title = f"{where}\nseeds {args.seeds}; trec_eval ndcg_cut_10, every run a dot; {machine()}"
+        print(f"plot: {spread_bar_plot(runs, args.plot, title=title)}")
     if args.paired:
         pool = {**rows, **{f"earlier:{name}": runs for name, runs in earlier.items()}}
         print("\npaired ndcg@10 differences, run by run (mean ± standard error, wins / runs):")

@@ -15,6 +15,7 @@ tolerance, so there only the time compares.
     python bench/losses.py                 # CPU, and CUDA when present
     python bench/losses.py --device cpu --shapes 64x128 --allrank-site /work/peers/allrank
     python bench/losses.py --device cpu --shapes 64x128 16x512 --losses "lambdarank (all pairs)" lambdarank@10
+    python bench/losses.py --device cpu --shapes 64x64 32x128 16x256 8x512 --losses lambdarank@10 --plot speed.png
 
 "fused ms" is ours with the fused kernel (RankNet, LambdaRank, LambdaLoss): ``kernels.lambdarank_cpu`` on CPU,
 ``kernels.lambdarank_triton`` on CUDA; the "ours ms" column is then the tensor path
@@ -49,6 +50,7 @@ from losses import (
     ranknet_loss,
 )
 from metrics.ranking import discounts, gains, ideal_dcg
+from rankers.plots import speed_plot
 
 SHAPES = [(64, 128), (16, 512), (4, 4096)]
 K = 10
@@ -287,6 +289,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=[f"{b}x{n}" for b, n in SHAPES])
     parser.add_argument("--allrank-site", help="folder holding an allRank 1.4.3 install (--no-deps)")
     parser.add_argument("--losses", nargs="*", default=list(LOSSES), choices=list(LOSSES))
+    parser.add_argument("--plot", help="also draw ms against list length (one line per loss and implementation) here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -303,6 +306,7 @@ def main() -> None:
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     impls = implementations(args.allrank_site)
+    series: dict[str, dict[int, float]] = {}  # "device loss (side)" -> {list length: ms}, for --plot
     for device in devices:
         check_same_gradients(torch.device(device), args.allrank_site)
         for shape in args.shapes:
@@ -322,6 +326,8 @@ def main() -> None:
                     env = {**os.environ, "LTR_CPU_KERNELS": allowed, "LTR_TRITON_KERNELS": allowed}
                     out = subprocess.run(child, capture_output=True, text=True, check=True, env=env).stdout
                     row[side] = json.loads(out.strip().splitlines()[-1])
+                    name = {"ours": "tensor path", "fused": "fused kernel", "allrank": "allRank"}.get(side, side)
+                    series.setdefault(f"{device} {loss} ({name})", {})[length] = row[side]["ms"]
                 ours_ms = row["ours"]["ms"]
                 peer = f"{row['allrank']['ms']:.2f} | {row['allrank']['ms'] / ours_ms:.1f}x" if allrank else "- | -"
                 fused_cells = "- | -"
@@ -334,6 +340,9 @@ def main() -> None:
                     f"{row['reference']['peak_mb']:.0f} | {fused_cells} |",
                     flush=True,
                 )
+    if args.plot:
+        title = f"forward + backward, shapes {' '.join(args.shapes)}; {machine()}"
+        print(f"plot: {speed_plot(series, args.plot, title=title)}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ instances to be normalized" (footnote 1), and a Bayes point is the centre of a v
 normalized instances (Herbrich et al.), which OAP-BPM approximates by averaging. It also keeps an
 item that many users rated from outweighing one that few rated. On MovieLens-like data with 10
 half-star grades it decides whether averaging weights (BPM) beats averaging ranks (Bagg/VP); see
-``docs/harrington2003_cf.md``.
+``docs/reproductions.md`` (Table 2).
 
 Each Monte-Carlo trial draws its own target user, so trials differ in data; all trials share the
 feature columns (every qualifying user, with the target's own column zero in its trial: a zero

@@ -4,8 +4,8 @@ its own training queries (``model.epochs_without_validation: cv``).
 Why: a fixed epoch count is a different amount of training on every dataset. Four epochs on every
 training query were best on letor_a (161 or 40 queries of 15 documents, features in [0, 1]) and
 scored below this selection on a 43-query MSLR-WEB10K sample (lists of about 100 documents, raw web
-features), where it chose 9-20 epochs: +0.029 and +0.006 ndcg@10 on two 5-fold draws (docs/losses.md,
-"Epochs chosen by cross-validation").
+features), where it chose 9-20 epochs: +0.029 and +0.006 ndcg@10 on two 5-fold draws (docs/neural.md,
+"Measured figures").
 Early stopping on a held-out tenth picks its epoch from four queries there; the folds below pool
 the curve over every training query instead, and the final fit still trains on all of them.
 

@@ -29,11 +29,12 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def _curves_to_draw(scalars: dict[str, list[tuple[int, float]]]) -> tuple[dict, dict]:
-    """Validation metrics (not their running best, not the loss) and one training loss curve."""
+    """Validation metrics (not their running best, not the loss, not counts such as RankBoost's
+    ``val/rounds``, which would flatten the metrics' axis) and one training loss curve."""
     validation = {
         tag: points
         for tag, points in scalars.items()
-        if tag.startswith("val/") and not tag.endswith("_best") and tag != "val/loss"
+        if tag.startswith("val/") and not tag.endswith(("_best", "/rounds")) and tag != "val/loss"
     }
     training = {tag: scalars[tag] for tag in ("train/loss_epoch", "train/loss_step") if tag in scalars}
     return validation, dict(list(training.items())[:1])

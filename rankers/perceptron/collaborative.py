@@ -44,6 +44,7 @@ from datamodules.ratings import RatingsProtocol, RatingTrials
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from rankers.perceptron.ensemble import _round_rank as round_rank
 from rankers.perceptron.harrington import rank_losses, student_t_interval
+from rankers.plots import paper_table_plot
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,11 @@ def table2(
         out.mkdir(parents=True, exist_ok=True)
         (out / "table2.md").write_text(text)
         (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default))
+        title = (
+            f"Harrington (2003) Table 2 protocol: {setting['trials']} trials, {setting['features']} feature users, "
+            f"{setting['ranks']} ranks (paper: EachMovie)"
+        )
+        paper_table_plot(table, out / "table2.png", title=title)
     return results
 
 
@@ -204,7 +210,7 @@ def _json_default(value: Any) -> Any:
 def format_table2(
     table: dict[str, Any], variants: dict[str, Any], setting: dict[str, Any], data: dict[str, Any]
 ) -> str:
-    """Markdown in the form of ``docs/harrington2003.md``."""
+    """Markdown like Table 1's (``harrington.format_table``), plus the data and our rounded variant."""
     scale = data["scale"]
     lines = [
         f"Test rank loss, mean ± 95% Student-t interval over {setting['trials']} trials (a random target user "

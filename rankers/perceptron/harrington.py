@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from datamodules.ordinal import harrington_synthetic, polynomial_features
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
+from rankers.plots import paper_table_plot
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,8 @@ def table1(
         (out / "table1.md").write_text(table)
         summary = {"table1": results, "seconds": total, "stream_seconds": seconds, "device": _device_name(device)}
         (out / "results.json").write_text(json.dumps(summary, indent=1))
+        title = f"Harrington (2003) Table 1: {trials} trials, {n_train} training examples, N = {n_perceptrons}"
+        paper_table_plot(results, out / "table1.png", title=title)
     return results
 
 

@@ -19,12 +19,18 @@ def _events(folder, tags: dict[str, list[float]]) -> None:
 
 def test_the_curves_are_read_back_as_logged(tmp_path):
     _events(
-        tmp_path, {"val/ndcg@10": [0.5, 0.6, 0.65], "val/ndcg@10_best": [0.5, 0.6, 0.65], "train/loss_epoch": [3, 2]}
+        tmp_path,
+        {
+            "val/ndcg@10": [0.5, 0.6, 0.65],
+            "val/ndcg@10_best": [0.5, 0.6, 0.65],
+            "val/rounds": [50, 100, 150],  # RankBoost's ensemble size: a count, not a metric
+            "train/loss_epoch": [3, 2],
+        },
     )
     scalars = read_scalars(tmp_path)
     assert scalars["val/ndcg@10"] == [(10, 0.5), (20, 0.6000000238418579), (30, 0.6499999761581421)]
     validation, training = _curves_to_draw(scalars)
-    assert list(validation) == ["val/ndcg@10"] and list(training) == ["train/loss_epoch"]  # no running best
+    assert list(validation) == ["val/ndcg@10"] and list(training) == ["train/loss_epoch"]  # no running best, no count
 
 
 def test_a_report_is_drawn_with_and_without_validation(tmp_path):

@@ -73,7 +73,7 @@ def test_members_start_apart_and_one_member_is_the_plain_scorer(make_cfg):
 @pytest.mark.parametrize(("model", "members"), [("ranknet", 5), ("listnet", 5), ("lambdarank", 1)])
 def test_cross_validated_ensemble_defaults(make_cfg, model, members):
     # ranknet and listnet gained from a five-seed ensemble in 5-fold CV on letor_a, lambdarank did not
-    # (docs/losses.md); the recommended configuration relies on this default
+    # (docs/neural.md); the recommended configuration relies on this default
     ranker = instantiate(make_cfg(f"model={model}", tiny=False).model, n_features=8)
     assert ranker.scorer.n_members == members
 

@@ -1,0 +1,185 @@
+"""PNG figures for experiment tables and benchmarks (matplotlib, Agg backend: no display needed).
+
+Three shapes, each a pure function of plain Python data that writes one PNG and returns its path
+(None when matplotlib is missing: a figure never fails a run or a benchmark that measured):
+
+- :func:`paper_table_plot`: a paper's table reproduced, ours with its 95% interval beside the
+  paper's figure (``"0.37 ± 0.07"`` strings, parsed; rows without one show ours alone);
+- :func:`spread_bar_plot`: one bar per model, its mean over folds or runs, every run as a dot and
+  the standard deviation as an error bar (``bench/letor_peers.py --plot``);
+- :func:`speed_plot`: milliseconds against list length, one line per implementation, log-log
+  (``bench/losses.py --plot``).
+
+Styling follows ``rankers/report.py``: default colours, 90 dpi, titles that say what and where.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_PLUS_MINUS = re.compile(r"^\s*([-+0-9.eE]+)\s*(?:±\s*([-+0-9.eE]+))?\s*$")
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        log.info("no plot: matplotlib is not installed")
+        return None
+    return plt
+
+
+def parse_plus_minus(text: str | None) -> tuple[float, float] | None:
+    """``"0.37 ± 0.07"`` -> ``(0.37, 0.07)``; ``"0.30"`` -> ``(0.30, 0.0)``; anything else -> None.
+
+    Example:
+        >>> parse_plus_minus("0.37 ± 0.07")
+        (0.37, 0.07)
+        >>> parse_plus_minus("-") is None
+        True
+    """
+    match = _PLUS_MINUS.match(text or "")
+    if not match:
+        return None
+    try:
+        return float(match.group(1)), float(match.group(2) or 0.0)
+    except ValueError:
+        return None
+
+
+def paper_table_plot(
+    table: Mapping[str, Mapping[str, Any]], path: str | Path, *, title: str, xlabel: str = "test rank loss"
+) -> Path | None:
+    """Draw a reproduced table: per row, ours (``mean`` ± ``ci95``) and the paper's (``paper``).
+
+    Args:
+        table: ``{row: {"mean": float, "ci95": float, "paper": "m ± h" | None}}`` in display order
+            (``results.json["table1"]`` of ``experiment=harrington2003``, ``["table"]`` of Table 2).
+        path: the PNG to write (its folder is created).
+        title: the figure's title (say the data and the number of trials).
+        xlabel: the measure.
+
+    Returns:
+        ``path``, or None without matplotlib or rows.
+    """
+    plt = _pyplot()
+    rows = list(table)
+    if plt is None or not rows:
+        return None
+    figure, axes = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.4))
+    positions = list(range(len(rows)))[::-1]  # first row on top
+    ours = [float(table[r]["mean"]) for r in rows]
+    half = [float(table[r].get("ci95") or 0.0) for r in rows]
+    axes.errorbar(ours, positions, xerr=half, fmt="o", capsize=3, label="ours (95% interval)")
+    paper = [parse_plus_minus(table[r].get("paper")) for r in rows]
+    shown = [(p, y) for p, y in zip(paper, positions, strict=True) if p is not None]
+    if shown:
+        axes.errorbar(
+            [p[0] for p, _ in shown],
+            [y - 0.25 for _, y in shown],
+            xerr=[p[1] for p, _ in shown],
+            fmt="s",
+            capsize=3,
+            color="tab:orange",
+            label="paper",
+        )
+    axes.set_yticks(positions, rows, fontsize=8)
+    axes.set_xlabel(xlabel)
+    axes.grid(axis="x", alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
+    axes.set_title(title, fontsize=9)
+    return _save(figure, plt, path)
+
+
+def spread_bar_plot(
+    runs: Mapping[str, Sequence[float]], path: str | Path, *, title: str, ylabel: str = "ndcg@10"
+) -> Path | None:
+    """One bar per row (the mean of its runs), every run as a dot, ± one standard deviation.
+
+    Args:
+        runs: ``{row: [figure of each fold or run]}`` in display order; rows without runs are skipped.
+        path: the PNG to write (its folder is created).
+        title: the figure's title (say the data, the folds and the seeds).
+        ylabel: the measure.
+
+    Returns:
+        ``path``, or None without matplotlib or runs.
+    """
+    plt = _pyplot()
+    rows = [name for name, values in runs.items() if len(values)]
+    if plt is None or not rows:
+        return None
+    figure, axes = plt.subplots(figsize=(max(5.0, 0.8 * len(rows) + 2), 4))
+    means = [sum(runs[r]) / len(runs[r]) for r in rows]
+    spread = [_std(runs[r]) for r in rows]
+    bars = axes.bar(range(len(rows)), means, yerr=spread, capsize=4, alpha=0.6)
+    axes.bar_label(bars, fmt="%.3f", fontsize=7, label_type="center")
+    for i, row in enumerate(rows):
+        values = list(runs[row])
+        offsets = [(j - (len(values) - 1) / 2) * 0.08 for j in range(len(values))]
+        axes.plot([i + o for o in offsets], values, "k.", markersize=4)
+    low = min(min(runs[r]) for r in rows)
+    high = max(max(runs[r]) for r in rows)
+    margin = max(0.01, (high - low) * 0.3)
+    axes.set_ylim(low - margin, high + margin)
+    axes.set_xticks(range(len(rows)), rows, rotation=30, ha="right", fontsize=8)
+    axes.set_ylabel(ylabel)
+    axes.grid(axis="y", alpha=0.3)
+    axes.set_title(title, fontsize=9)
+    return _save(figure, plt, path)
+
+
+def speed_plot(
+    series: Mapping[str, Mapping[int, float]],
+    path: str | Path,
+    *,
+    title: str,
+    xlabel: str = "list length L",
+    ylabel: str = "forward + backward ms",
+) -> Path | None:
+    """Log-log lines: ``{name: {x: milliseconds}}``, one line per implementation.
+
+    Returns:
+        ``path``, or None without matplotlib or points.
+    """
+    plt = _pyplot()
+    lines = {name: dict(sorted(points.items())) for name, points in series.items() if points}
+    if plt is None or not lines:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for name, points in lines.items():
+        axes.plot(list(points), list(points.values()), marker="o", label=name)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3, which="both")
+    axes.legend(fontsize=8)
+    axes.set_title(title, fontsize=9)
+    return _save(figure, plt, path)
+
+
+def _std(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _save(figure, plt, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
