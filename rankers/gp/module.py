@@ -66,6 +66,8 @@ class GPPreferenceModule(pl.LightningModule):
         n_features, normalizer: from ``datamodule.model_inputs()``.
         max_items: the most training documents in the GP (whole queries, seeded random order).
         max_pairs: the most preference pairs (uniform subsample of those queries' pairs).
+        max_docs_per_query: None, or a seeded sample of at most this many documents of each query
+            (more, smaller queries within ``max_items``); the documents left out are counted.
         kappa: the kernel's inverse squared length-scale (null: ``1 / n_features``, the features being
             normalized); ard: one ``kappa`` per feature; kappa0: the kernel amplitude (fixed: see
             ``fit_hyperparameters``); sigma: the likelihood noise of eq. (6).
@@ -86,6 +88,7 @@ class GPPreferenceModule(pl.LightningModule):
         normalizer: FeatureNormalizer | None = None,
         max_items: int = 600,
         max_pairs: int = 1000,
+        max_docs_per_query: int | None = 10,
         kappa: float | None = None,
         ard: bool = False,
         kappa0: float = 1.0,
@@ -155,8 +158,15 @@ class GPPreferenceModule(pl.LightningModule):
         order = torch.randperm(len(queries), generator=g).tolist()
         chosen, items, v, u, n_items, no_pairs = [], [], [], [], 0, 0
         total_pairs = 0
+        cap = self.hparams.max_docs_per_query
+        sampled_out = 0
         for q in order:
             x, labels = queries[q]
+            dropped = 0
+            if cap is not None and len(labels) > cap:  # a seeded sample of the query's documents
+                keep = torch.randperm(len(labels), generator=g)[:cap].to(labels.device)
+                dropped = len(labels) - cap
+                x, labels = x[keep], labels[keep]
             i, j = within_query_pairs(labels)
             if len(i) == 0:
                 no_pairs += 1
@@ -164,6 +174,7 @@ class GPPreferenceModule(pl.LightningModule):
             if n_items + len(labels) > self.hparams.max_items:
                 continue  # whole queries only; a smaller one later may still fit
             chosen.append(q)
+            sampled_out += dropped
             items.append(x)
             v.append(i + n_items)
             u.append(j + n_items)
@@ -188,6 +199,8 @@ class GPPreferenceModule(pl.LightningModule):
             "queries": len(queries),
             "queries_used": len(chosen),
             "queries_without_pairs": no_pairs,
+            "documents_sampled_out_of_used_queries": sampled_out,
+            "max_docs_per_query": cap,
             "documents_in_used_queries": n_items,
             "items": int(used.sum()),
             "pairs_in_used_queries": total_pairs,
