@@ -1,8 +1,9 @@
-"""Build the C++ kernels ahead of time: ``python -m kernels.build`` (CI runs it before the tests).
+"""Check (and if need be build) the C++ kernels: ``python -m kernels.build`` (CI runs it before the tests).
 
-Prints where each build lives and whether Triton (the CUDA kernels) is importable. Exits non-zero
-if a C++ kernel cannot be built, so a missing compiler is loud here rather than a silent fallback
-to the slower tensor path at run time.
+``pip install -e .`` builds them (``setup.py``); this says where each library comes from (the
+package, the user cache, or built now into the cache) and whether Triton (the CUDA kernels) is
+importable. Exits non-zero if a C++ kernel cannot be built, so a missing compiler is loud here
+rather than a silent fallback to the slower tensor path at run time.
 
 ``python -m kernels.build --triton-sm 90`` also compiles every Triton kernel for that CUDA compute
 capability (90: H100/H200) with Triton's own toolchain, without a GPU, and prints what it produced.
@@ -15,19 +16,17 @@ import sys
 import time
 
 from kernels import lambdarank_cpu, lambdarank_triton, pairwise_perceptron_cpu, prank_cpu, prank_triton
-from kernels._cpp import CppKernel
+from kernels._native import NativeKernel
 
 
-def _build(kernel: CppKernel) -> bool:
+def _build(kernel: NativeKernel) -> bool:
     start = time.perf_counter()
-    cached = kernel.is_built()
     try:
-        kernel.load_kernel()
+        kernel.load()
     except Exception as error:
         print(f"{kernel.label}: build FAILED: {error}", file=sys.stderr)
         return False
-    state = "cached" if cached else f"built in {time.perf_counter() - start:.0f} s"
-    print(f"{kernel.label}: {state}: {kernel.library_path()}")
+    print(f"{kernel.label}: {kernel.origin} ({time.perf_counter() - start:.1f} s)")
     return True
 
 
