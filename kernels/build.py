@@ -5,6 +5,9 @@ package, the user cache, or built now into the cache) and whether Triton (the CU
 importable. Exits non-zero if a C++ kernel cannot be built, so a missing compiler is loud here
 rather than a silent fallback to the slower tensor path at run time.
 
+``python -m kernels.build --require-installed`` also fails if a library is not the one ``pip install``
+built (CI: a compiler that setup.py could not use is an error there, not a silent build on first use).
+
 ``python -m kernels.build --triton-sm 90`` also compiles every Triton kernel for that CUDA compute
 capability (90: H100/H200) with Triton's own toolchain, without a GPU, and prints what it produced.
 """
@@ -19,7 +22,7 @@ from kernels import lambdarank_cpu, lambdarank_triton, pairwise_perceptron_cpu, 
 from kernels._native import NativeKernel
 
 
-def _build(kernel: NativeKernel) -> bool:
+def _build(kernel: NativeKernel, *, require_installed: bool = False) -> bool:
     start = time.perf_counter()
     try:
         kernel.load()
@@ -27,6 +30,9 @@ def _build(kernel: NativeKernel) -> bool:
         print(f"{kernel.label}: build FAILED: {error}", file=sys.stderr)
         return False
     print(f"{kernel.label}: {kernel.origin} ({time.perf_counter() - start:.1f} s)")
+    if require_installed and not kernel.origin.startswith("package"):
+        print(f"{kernel.label}: not built by `pip install -e .` (see its output with -v)", file=sys.stderr)
+        return False
     return True
 
 
@@ -56,9 +62,12 @@ def _compile_triton(capability: int) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triton-sm", type=int, help="also compile the Triton kernels for this compute capability")
+    parser.add_argument(
+        "--require-installed", action="store_true", help="fail unless every C++ kernel is the one pip install built"
+    )
     args = parser.parse_args()
     kernels = (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL, lambdarank_cpu.KERNEL)
-    built = [_build(kernel) for kernel in kernels]
+    built = [_build(kernel, require_installed=args.require_installed) for kernel in kernels]
     print(f"Triton kernels: {prank_triton.status()}")
     if args.triton_sm is not None:
         built.append(_compile_triton(args.triton_sm))
