@@ -25,7 +25,7 @@ Fused = bool | Literal["cpu", "triton"]
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
 CHUNK = 2048
 # stored hypotheses scored together by the voted perceptron
-VOTED_CHUNK = 256
+VOTED_CHUNK = 1024
 
 
 def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
@@ -366,12 +366,34 @@ class PRankEnsemble:
             weights, thresholds, survival = (
                 torch.stack(part) for part in zip(*hypotheses[start : start + VOTED_CHUNK])
             )
-            score = torch.einsum("hrnd,rmd->hrnm", weights, features)  # [h, R, N, n]
-            ranks = rank_of(score, thresholds.unsqueeze(3)).double()
-            total += (ranks * survival.unsqueeze(-1)).sum(0)
-            votes += survival.sum(0).unsqueeze(-1)
+            # a slot is recorded when any run errs, so most (slot, run, perceptron) entries have no
+            # vote (20 PRank runs: 80%): score only the voting ones, run by run, and sum them into
+            # their perceptron with one product. Integer ranks times integer survivals summed in
+            # float64 are exact in any order, so this is the sum a loop over hypotheses would take
+            for run in range(self.r):
+                h, n = survival[:, run].nonzero(as_tuple=True)
+                if h.numel() == 0:
+                    continue
+                score = weights[h, run, n] @ features[run].T  # [M, n_test]
+                ranks = _voted_ranks(score, thresholds[h, run, n]).double()
+                into = torch.zeros(self.n, h.numel(), dtype=torch.float64, device=self.device)
+                into[n, torch.arange(h.numel(), device=self.device)] = survival[h, run, n].double()
+                total[run] += into @ ranks  # [N, M] @ [M, n_test]
+                votes[run] += into.sum(1, keepdim=True)
         current = self._each(features, self.weights, self.thresholds).double()
         return torch.where(votes > 0, total / votes.clamp_min(1e-12), current).mean(1)
+
+
+def _voted_ranks(score: Tensor, thresholds: Tensor) -> Tensor:
+    """``rank_of(score [M, n], thresholds [M, k-1])`` for the voted history: a binary search per
+    score where every row's thresholds are ordered (PRank keeps them so, Lemma 1), which is the
+    same count (``s - c >= 0`` iff ``c <= s`` for floats) without the ``[M, n, k-1]`` intermediate;
+    ``rank_of`` itself otherwise, or where a score may be NaN (which ranks 0 there; a NaN or
+    overflowing sum says "may")."""
+    ordered = bool((thresholds[:, 1:] >= thresholds[:, :-1]).all())
+    if not ordered or not bool(score.sum().isfinite()):
+        return rank_of(score, thresholds.unsqueeze(1))
+    return torch.searchsorted(thresholds.contiguous(), score.contiguous(), right=True)
 
 
 def _cpu(state: Tensor) -> torch.Generator:
