@@ -92,4 +92,46 @@ void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, con
   }
 }
 
+// The voted perceptron's sum over stored hypotheses (PRank-VP): for M hypotheses, weights [M, d]
+// and thresholds [M, K] (float, contiguous), survival [M] double, run [M] and row [M] int64, and
+// each run's test points feature-major, xt [runs, d, T] float: total[row[m] * T + t] +=
+// survival[m] * rank_m(x[run[m], t]), where rank_m counts the leading thresholds <= w_m . x
+// (Algorithm 1's min, as rank_of in rankers/perceptron/ensemble.py). Each thread owns a block of
+// test points (no two write one total) and runs it over the hypotheses, the test points across
+// SIMD lanes; the sums are of integers in double, so exact in any order.
+__attribute__((target_clones("arch=haswell", "default")))
+void voted_block(int64_t M, int64_t T, int64_t d, int64_t K, const float* weights, const float* thresholds,
+                 const double* survival, const int64_t* run, const int64_t* row, const float* xt, double* total,
+                 int64_t first, int64_t last) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* w = weights + m * d;
+    const float* c = thresholds + m * K;
+    const float* xs = xt + run[m] * d * T;
+    double* out = total + row[m] * T;
+    const double vote = survival[m];
+#pragma omp simd
+    for (int64_t t = first; t < last; ++t) {
+      float score = 0.f;
+      for (int64_t j = 0; j < d; ++j) score += w[j] * xs[j * T + t];
+      int alive = 1, rank = 0;
+      for (int64_t q = 0; q < K; ++q) {
+        alive &= (score - c[q] >= 0.f);
+        rank += alive;
+      }
+      out[t] += vote * static_cast<double>(rank);
+    }
+  }
+}
+
+void ltr_prank_voted(int64_t M, int64_t T, int64_t d, int64_t K, const float* weights, const float* thresholds,
+                     const double* survival, const int64_t* run, const int64_t* row, const float* xt, double* total,
+                     int threads) {
+  const int64_t TB = 256;
+  const int64_t blocks = (T + TB - 1) / TB;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (int64_t b = 0; b < blocks; ++b) {
+    voted_block(M, T, d, K, weights, thresholds, survival, run, row, xt, total, b * TB, std::min(T, b * TB + TB));
+  }
+}
+
 }  // extern "C"

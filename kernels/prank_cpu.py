@@ -23,12 +23,18 @@ _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 SIGNATURE = [_I64] * 5 + [_PTR] * 6 + [_I64] * 3 + [_PTR] * 2 + [ctypes.c_int]
 
 
+VOTED_SIGNATURE = [_I64] * 4 + [_PTR] * 7 + [ctypes.c_int]
+
+
 def kernel() -> ctypes.CDLL | None:
-    """The loaded library (``ltr_prank_stream``), or None (with one warning) where it cannot be built."""
+    """The loaded library (``ltr_prank_stream``, ``ltr_prank_voted``), or None (with one warning)
+    where it cannot be built."""
     library = KERNEL.kernel()
     if library is not None and library.ltr_prank_stream.argtypes is None:
         library.ltr_prank_stream.argtypes = SIGNATURE
         library.ltr_prank_stream.restype = None
+        library.ltr_prank_voted.argtypes = VOTED_SIGNATURE
+        library.ltr_prank_voted.restype = None
     return library
 
 
@@ -83,3 +89,40 @@ def _check(tensor: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, nam
         raise ValueError(f"{name}: expected {dtype} {list(shape)} on the CPU, got {tensor.dtype} {list(tensor.shape)}")
     if contiguous and not tensor.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
+
+
+def voted(
+    weights: torch.Tensor,
+    thresholds: torch.Tensor,
+    survival: torch.Tensor,
+    run: torch.Tensor,
+    row: torch.Tensor,
+    xt: torch.Tensor,
+    total: torch.Tensor,
+) -> None:
+    """Add the voted perceptron's votes of M stored hypotheses to ``total`` in place.
+
+    ``weights [M, d]``, ``thresholds [M, k-1]``, ``survival [M]`` (the votes), ``run [M]`` (whose
+    test points each hypothesis ranks, given feature-major: ``xt [R, d, T]`` float32 contiguous,
+    i.e. ``x.transpose(1, 2).contiguous()`` once for all calls) and ``row [M]`` (the row of
+    ``total [rows, T]`` float64 it votes in): ``total[row[m], t] += survival[m] * rank_m(x[run[m],
+    t])``, ranks counted as ``rank_of`` does. The reference is the tensor path of
+    ``PRankEnsemble.mean_rank(..., "voted")`` with ``fused=False``.
+    """
+    library = kernel()
+    if library is None:
+        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    weights, thresholds = weights.to(torch.float32).contiguous(), thresholds.to(torch.float32).contiguous()
+    survival, run, row = (t.contiguous() for t in (survival.double(), run.long(), row.long()))
+    m, d = weights.shape
+    runs, t = xt.shape[0], xt.shape[2]
+    _check(thresholds, (m, thresholds.shape[1]), torch.float32, "thresholds")
+    _check(xt, (runs, d, t), torch.float32, "xt")
+    _check(total, (total.shape[0], t), torch.float64, "total")
+    for name, index, size in (("survival", survival, None), ("run", run, runs), ("row", row, total.shape[0])):
+        if index.shape != (m,):
+            raise ValueError(f"{name} must be [M={m}], got {list(index.shape)}")
+        if size is not None and m and not 0 <= int(index.min()) <= int(index.max()) < size:
+            raise ValueError(f"{name} must index 0..{size - 1}")
+    arrays = (pointer(tensor) for tensor in (weights, thresholds, survival, run, row, xt, total))
+    library.ltr_prank_voted(m, t, d, thresholds.shape[1], *arrays, torch.get_num_threads())

@@ -356,30 +356,40 @@ class PRankEnsemble:
         """Survival-weighted mean rank over every stored hypothesis ``[R, n]`` (averaged over N).
 
         Hypotheses are scored in stacked chunks of ``VOTED_CHUNK``, not one at a time: a PRank
-        stream of 50,000 examples stores thousands of them."""
+        stream of 50,000 examples stores thousands of them. On CPU (``fused`` True or ``"cpu"``) the
+        C++ loop ``kernels.prank_cpu.voted`` scores them; the tensor path is the reference."""
         if not self.keep_history:
             raise ValueError("combine='voted' needs keep_history=True")
         hypotheses = [*self.history, (self.weights, self.thresholds, self._open)]
         total = torch.zeros(self.r, self.n, features.shape[1], device=self.device, dtype=torch.float64)
+        flat = total.view(self.r * self.n, -1)
+        fused = self.fused in (True, "cpu") and self.device.type == "cpu" and prank_cpu.kernel() is not None
+        feature_major = features.transpose(1, 2).contiguous() if fused else None  # the kernel's layout
         votes = torch.zeros(self.r, self.n, 1, device=self.device, dtype=torch.float64)
         for start in range(0, len(hypotheses), VOTED_CHUNK):
             weights, thresholds, survival = (
                 torch.stack(part) for part in zip(*hypotheses[start : start + VOTED_CHUNK])
             )
             # a slot is recorded when any run errs, so most (slot, run, perceptron) entries have no
-            # vote (20 PRank runs: 80%): score only the voting ones, run by run, and sum them into
-            # their perceptron with one product. Integer ranks times integer survivals summed in
-            # float64 are exact in any order, so this is the sum a loop over hypotheses would take
-            for run in range(self.r):
-                h, n = survival[:, run].nonzero(as_tuple=True)
-                if h.numel() == 0:
+            # vote (20 PRank runs: 80%): score only the voting ones. Integer ranks times integer
+            # survivals summed in float64 are exact in any order, so every way below is the sum a
+            # loop over hypotheses would take
+            h, r, n = survival.nonzero(as_tuple=True)
+            votes.view(-1).index_add_(0, r * self.n + n, survival[h, r, n].double())
+            if fused:  # one C++ pass: each score in registers, no [M, n_test] intermediates
+                rows = r * self.n + n
+                prank_cpu.voted(weights[h, r, n], thresholds[h, r, n], survival[h, r, n], r, rows, feature_major, flat)
+                continue
+            for run in range(self.r):  # the tensor path, run by run
+                mine = r == run
+                if not bool(mine.any()):
                     continue
-                score = weights[h, run, n] @ features[run].T  # [M, n_test]
-                ranks = _voted_ranks(score, thresholds[h, run, n]).double()
-                into = torch.zeros(self.n, h.numel(), dtype=torch.float64, device=self.device)
-                into[n, torch.arange(h.numel(), device=self.device)] = survival[h, run, n].double()
+                hs, ns = h[mine], n[mine]
+                score = weights[hs, run, ns] @ features[run].T  # [M, n_test]
+                ranks = _voted_ranks(score, thresholds[hs, run, ns]).double()
+                into = torch.zeros(self.n, hs.numel(), dtype=torch.float64, device=self.device)
+                into[ns, torch.arange(hs.numel(), device=self.device)] = survival[hs, run, ns].double()
                 total[run] += into @ ranks  # [N, M] @ [M, n_test]
-                votes[run] += into.sum(1, keepdim=True)
         current = self._each(features, self.weights, self.thresholds).double()
         return torch.where(votes > 0, total / votes.clamp_min(1e-12), current).mean(1)
 

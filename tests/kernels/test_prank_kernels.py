@@ -164,6 +164,21 @@ def test_forced_kernel_that_is_unavailable_is_an_error(monkeypatch):
         PRankEnsemble(2, 3, fused="gpu")
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_voted_kernel_is_the_tensor_path(n):
+    """PRank-VP's evaluation through the C++ loop and through the tensor path, on exact data (every
+    score exact in float32, so ties with thresholds fall the same way): the same float64 sums."""
+    needs("cpu")
+    x, y, presented = exact_stream(4, 3, 400, 4, 5, n)
+    test_x = torch.randint(-3, 4, (3, 50, 4), generator=torch.Generator().manual_seed(5)).float() / 2
+    voted = {}
+    for fused in (True, False):
+        model = PRankEnsemble(4, 5, n_perceptrons=n, n_runs=3, keep_history=True, fused=fused)
+        model.partial_fit(x, y, presented=presented)
+        voted[fused] = model.mean_rank(test_x, "voted")
+    assert torch.equal(voted[True], voted[False])
+
+
 # -- without the C++ kernel (how it is built and found: test_native.py) ------------------------------
 
 
