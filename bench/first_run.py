@@ -222,6 +222,9 @@ def main() -> None:
             + ("; compiled during the run: " + "; ".join(compiled) if compiled else "; nothing compiled during the run")
             + (f" (kept: {scratch})" if args.keep else "")
         )
+        for line in runs[-1]["output"].splitlines():  # the run's own account of its parts
+            if line.startswith("Streams:") or line.startswith("Test rank loss"):
+                print(f"    {line.split('; ')[-1] if line.startswith('Test') else line}")
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
     after, _ = numpy_loop_seconds(args.trials, args.reference_trials, **setting)
