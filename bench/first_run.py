@@ -3,6 +3,7 @@
     python bench/first_run.py                      # the experiment's defaults (20 trials)
     python bench/first_run.py --trials 5           # a shorter table, the same ratio's meaning
     python bench/first_run.py --repeat 2           # the cold run twice (two fresh copies)
+    python bench/first_run.py --source ../old      # another checkout (git worktree add ../old COMMIT)
 
 What "cold" means here, as a new user meets it: a fresh copy of the repository (the files git
 tracks or would track, no build outputs, no ``__pycache__``), installed into a fresh virtual
@@ -134,16 +135,16 @@ def numpy_loop_seconds(trials: int, measured: int, **setting) -> tuple[float, di
 # -- the cold first run ----------------------------------------------------------------------------
 
 
-def fresh_copy(destination: Path) -> None:
+def fresh_copy(destination: Path, root: Path = ROOT) -> None:
     """The files a clone would have: tracked and untracked-but-not-ignored (no builds, no caches)."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
+        cwd=root,
         capture_output=True,
         check=True,
     ).stdout.split(b"\0")
     for name in filter(None, listed):
-        source = ROOT / os.fsdecode(name)
+        source = root / os.fsdecode(name)
         if source.is_file():
             target = destination / os.fsdecode(name)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -175,10 +176,12 @@ def timed(command: list[str], *, cwd: Path, env: dict[str, str], log: Path) -> f
     return seconds
 
 
-def cold_first_run(scratch: Path, overrides: list[str], *, build_isolation: bool) -> dict[str, float | str]:
+def cold_first_run(
+    scratch: Path, overrides: list[str], *, build_isolation: bool, source: Path = ROOT
+) -> dict[str, float | str]:
     """Fresh copy, fresh venv, ``pip install -e .`` (timed), then the first run (timed)."""
     copy, venv = scratch / "repo", scratch / "venv"
-    fresh_copy(copy)
+    fresh_copy(copy, source)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = str(venv / "bin" / "python")
     env = cold_environment(scratch)
@@ -190,6 +193,11 @@ def cold_first_run(scratch: Path, overrides: list[str], *, build_isolation: bool
     run_seconds = timed(run, cwd=copy, env=env, log=scratch / "run.log")
     output = (scratch / "run.log").read_text()
     return {"install": install_seconds, "run": run_seconds, "output": output}
+
+
+def _commit(root: Path) -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    return done.stdout.strip() or "?"
 
 
 def machine() -> str:
@@ -204,17 +212,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="cold runs, each in its own fresh copy and venv")
     parser.add_argument("--no-build-isolation", action="store_true", help="pip install without build isolation")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders (their paths are printed)")
+    parser.add_argument(
+        "--source", type=Path, default=ROOT, help="the git checkout to copy (e.g. a worktree of an older commit)"
+    )
     args = parser.parse_args()
     setting = {"n_train": 50000, "n_test": 1000, "n": 100, "taus": (0.3, 0.6, 0.9), "etas": (0.2, 0.1, 0.05, 0.01)}
     overrides = [] if args.trials == 20 else [f"harrington.trials={args.trials}"]
     print(f"machine: {machine()}")
     print(f"experiment=harrington2003, {args.trials} trials; the numpy loop: {args.reference_trials} trial(s) timed")
+    print(f"source: {args.source} at {_commit(args.source)}")
     before, losses = numpy_loop_seconds(args.trials, args.reference_trials, **setting)
     print(f"numpy loop (before): {before:.1f} s for {args.trials} trials (load average {os.getloadavg()[0]:.1f})")
     runs = []
     for _ in range(args.repeat):
         scratch = Path(tempfile.mkdtemp(prefix="ltr-first-run-"))
-        runs.append(cold_first_run(scratch, overrides, build_isolation=not args.no_build_isolation))
+        runs.append(cold_first_run(scratch, overrides, build_isolation=not args.no_build_isolation, source=args.source))
         compiled = [line for line in runs[-1]["output"].splitlines() if "compiling" in line or "built in" in line]
         print(
             f"cold: pip install -e . {runs[-1]['install']:.1f} s, first run {runs[-1]['run']:.1f} s "
