@@ -1,8 +1,12 @@
-"""Build the C++ kernels ahead of time: ``python -m kernels.build`` (CI runs it before the tests).
+"""Check (and if need be build) the C++ kernels: ``python -m kernels.build`` (CI runs it before the tests).
 
-Prints where each build lives and whether Triton (the CUDA kernels) is importable. Exits non-zero
-if a C++ kernel cannot be built, so a missing compiler is loud here rather than a silent fallback
-to the slower tensor path at run time.
+``pip install -e .`` builds them (``setup.py``); this says where each library comes from (the
+package, the user cache, or built now into the cache) and whether Triton (the CUDA kernels) is
+importable. Exits non-zero if a C++ kernel cannot be built, so a missing compiler is loud here
+rather than a silent fallback to the slower tensor path at run time.
+
+``python -m kernels.build --require-installed`` also fails if a library is not the one ``pip install``
+built (CI: a compiler that setup.py could not use is an error there, not a silent build on first use).
 
 ``python -m kernels.build --triton-sm 90`` also compiles every Triton kernel for that CUDA compute
 capability (90: H100/H200) with Triton's own toolchain, without a GPU, and prints what it produced.
@@ -15,19 +19,20 @@ import sys
 import time
 
 from kernels import lambdarank_cpu, lambdarank_triton, pairwise_perceptron_cpu, prank_cpu, prank_triton
-from kernels._cpp import CppKernel
+from kernels._native import NativeKernel
 
 
-def _build(kernel: CppKernel) -> bool:
+def _build(kernel: NativeKernel, *, require_installed: bool = False) -> bool:
     start = time.perf_counter()
-    cached = kernel.is_built()
     try:
-        kernel.load_kernel()
+        kernel.load()
     except Exception as error:
         print(f"{kernel.label}: build FAILED: {error}", file=sys.stderr)
         return False
-    state = "cached" if cached else f"built in {time.perf_counter() - start:.0f} s"
-    print(f"{kernel.label}: {state}: {kernel.library_path()}")
+    print(f"{kernel.label}: {kernel.origin} ({time.perf_counter() - start:.1f} s)")
+    if require_installed and not kernel.origin.startswith("package"):
+        print(f"{kernel.label}: not built by `pip install -e .` (see its output with -v)", file=sys.stderr)
+        return False
     return True
 
 
@@ -57,9 +62,12 @@ def _compile_triton(capability: int) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triton-sm", type=int, help="also compile the Triton kernels for this compute capability")
+    parser.add_argument(
+        "--require-installed", action="store_true", help="fail unless every C++ kernel is the one pip install built"
+    )
     args = parser.parse_args()
     kernels = (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL, lambdarank_cpu.KERNEL)
-    built = [_build(kernel) for kernel in kernels]
+    built = [_build(kernel, require_installed=args.require_installed) for kernel in kernels]
     print(f"Triton kernels: {prank_triton.status()}")
     if args.triton_sm is not None:
         built.append(_compile_triton(args.triton_sm))

@@ -13,8 +13,9 @@
 // formulas of losses.pairwise.pairwise_sums. The inner loop over j is branch-free so the compiler
 // vectorizes it (vector expf / log1pf from glibc's libmvec under -ffast-math); different queries
 // run on different threads.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
+//
+// A plain C ABI over raw pointers (loaded with ctypes; kernels/lambdarank_cpu.py checks dtypes and
+// contiguity and allocates the outputs), so that it builds in a second without torch's headers.
 
 #include <algorithm>
 #include <cmath>
@@ -111,40 +112,41 @@ void rank_and_sum(const float* s, const float* y, const float* g, const bool* re
     for (int64_t p = 0; p < n; ++p) grad[order[p]] = rgrad[p];
 }
 
-// scores, labels, gains [B, L] float32 in list order (gains 0 for padding); real [B, L] bool;
-// cut, full [L + 1] float32 discounts (cut: 0 at ranks >= k); top = min(k, L); unit: RankNet's
-// weights (gains and discounts unused). Returns (cost [B], grad [B, L], count [B]).
-std::vector<torch::Tensor> logistic_pairs(torch::Tensor scores, torch::Tensor labels, torch::Tensor gains,
-                                          torch::Tensor real, torch::Tensor cut, torch::Tensor full, bool unit,
-                                          double rho, double delta, double scale, double sigma, int64_t top) {
-    TORCH_CHECK(scores.dtype() == torch::kFloat32 && scores.is_contiguous(), "scores: contiguous float32");
-    TORCH_CHECK(real.dtype() == torch::kBool && real.is_contiguous(), "real: contiguous bool");
-    const int64_t batch = scores.size(0), length = scores.size(1);
-    TORCH_CHECK(cut.numel() == length + 1 && full.numel() == length + 1, "discounts: L + 1 entries");
-    auto grad = torch::zeros_like(scores);
-    auto cost = torch::zeros({batch}, scores.options());
-    auto count = torch::zeros({batch}, scores.options());
-    const Weighting how{unit, static_cast<float>(rho), static_cast<float>(delta), static_cast<float>(scale),
-                        cut.data_ptr<float>(), full.data_ptr<float>()};
-    const float* s = scores.data_ptr<float>();
-    const float* y = labels.data_ptr<float>();
-    const float* g = gains.data_ptr<float>();
-    const bool* r = real.data_ptr<bool>();
-    float* gr = grad.data_ptr<float>();
-    float* c = cost.data_ptr<float>();
-    float* k = count.data_ptr<float>();
-    const float slope = static_cast<float>(sigma);
-    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-            const int64_t at = b * length;
-            rank_and_sum(s + at, y + at, g + at, r + at, how, length, top, slope, gr + at, c + b, k + b);
-        }
-    });
-    return {cost, grad, count};
-}
-
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("logistic_pairs", &logistic_pairs, "RankNet / LambdaRank / LambdaLoss cost, lambdas and pair counts");
+#ifndef LTR_KERNEL_HASH
+#define LTR_KERNEL_HASH "unstamped"
+#endif
+
+extern "C" {
+
+// The hash of the source and flags this library was built from (kernels/_native.py checks it).
+const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
+
+// scores, labels, gains [B, L] float32 in list order (gains 0 for padding); real [B, L] bool;
+// cut, full [L + 1] float32 discounts (cut: 0 at ranks >= k); top = min(k, L); unit: RankNet's
+// weights (gains and discounts unused). Writes cost [B], grad [B, L] (zeroed by the caller where
+// padding) and count [B], all float32 contiguous; queries are spread over `threads` threads.
+// Returns 0, or 1 if a query could not be processed (out of memory).
+int ltr_logistic_pairs(int64_t batch, int64_t length, const float* scores, const float* labels, const float* gains,
+                       const bool* real, const float* cut, const float* full, bool unit, double rho, double delta,
+                       double scale, double sigma, int64_t top, float* grad, float* cost, float* count,
+                       int threads) {
+    const Weighting how{unit, static_cast<float>(rho), static_cast<float>(delta), static_cast<float>(scale), cut,
+                        full};
+    const float slope = static_cast<float>(sigma);
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : failed)
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t at = b * length;
+        try {  // std::vector may throw; an exception must not cross the C ABI
+            rank_and_sum(scores + at, labels + at, gains + at, real + at, how, length, top, slope, grad + at,
+                         cost + b, count + b);
+        } catch (...) {
+            failed = 1;
+        }
+    }
+    return failed;
 }
+
+}  // extern "C"

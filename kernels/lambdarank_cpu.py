@@ -12,30 +12,25 @@ tensors when no graph is recorded (the loss's forward, which also yields the gra
 ``delta_ndcg_weight``). Parity with the tensor path (value, lambdas, pair counts; with k, ties,
 padding): ``tests/kernels/test_lambdarank_cpu.py``. ``LTR_CPU_KERNELS=0`` turns it off.
 
-Build: ``python -m kernels.build``, or the first use compiles it (announced on stderr); caching and
-the fallback without a compiler: ``kernels._cpp``. Compiled for the building machine
-(``-march=native``), which the cache key does not cover: do not share the cache between CPU types.
+Build: ``pip install -e .`` (``setup.py``), or the first use compiles it (announced on stderr); where
+it comes from and the fallback without a compiler: ``kernels._native``. Compiled for the building
+machine (``-march=native``), which the hash does not cover: do not share an install or the cache
+between CPU types.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-from pathlib import Path
-from types import ModuleType
 
 import torch
 from torch import Tensor
 
-from kernels._cpp import CppKernel
+from kernels._native import KERNELS, NativeKernel, pointer
 
-KERNEL = CppKernel(
-    Path(__file__).with_name("lambdarank_cpu.cpp"),
-    prefix="ltr_lambdarank_cpu",
-    label="LambdaRank CPU kernel",
-    # -ffast-math lets GCC call libmvec's vector expf / log1pf; -fopenmp: the simd pragma and at::parallel_for
-    cflags=("-O3", "-march=native", "-ffast-math", "-fopenmp"),
-    ldflags=("-fopenmp",),
-)
+KERNEL = NativeKernel(KERNELS["lambdarank_cpu"])
+_I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+SIGNATURE = [_I64, _I64] + [_PTR] * 6 + [ctypes.c_bool] + [_F64] * 4 + [_I64] + [_PTR] * 3 + [ctypes.c_int]
 
 
 def enabled() -> bool:
@@ -43,9 +38,13 @@ def enabled() -> bool:
     return os.environ.get("LTR_CPU_KERNELS", "1") != "0"
 
 
-def kernel() -> ModuleType | None:
-    """The compiled module (``logistic_pairs``), or None (with one warning) where it cannot be built."""
-    return KERNEL.kernel()
+def kernel() -> ctypes.CDLL | None:
+    """The loaded library (``ltr_logistic_pairs``), or None (with one warning) where it cannot be built."""
+    library = KERNEL.kernel()
+    if library is not None and library.ltr_logistic_pairs.argtypes is None:
+        library.ltr_logistic_pairs.argtypes = SIGNATURE
+        library.ltr_logistic_pairs.restype = ctypes.c_int
+    return library
 
 
 def logistic_pairs(
@@ -71,10 +70,20 @@ def logistic_pairs(
     cut_j| + delta |full_{j-i-1} - full_{j-i}|)``; ``scale`` multiplies cost and lambdas. Each query
     is ranked by score (ties by position), and its ideal DCG taken, inside the kernel.
     """
-    module = kernel()
-    if module is None:
+    library = kernel()
+    if library is None:
         return None
     as_f32 = [t.to(torch.float32).contiguous() for t in (scores, labels, gains)]
+    real = mask.to(torch.bool).contiguous()
     discounts = [t.to(torch.float32).contiguous() for t in (cut, full)]
+    batch, length = as_f32[0].shape
+    if any(t.shape != (batch, length) for t in (*as_f32, real)) or any(t.numel() != length + 1 for t in discounts):
+        raise ValueError(f"scores, labels, gains, mask [B, L] and discounts [L + 1]; got {scores.shape}, {cut.shape}")
+    grad = torch.zeros(batch, length)
+    cost, count = torch.zeros(batch), torch.zeros(batch)
     options = (bool(unit), float(rho), float(delta), float(scale), float(sigma), int(top))
-    return tuple(module.logistic_pairs(*as_f32, mask.to(torch.bool).contiguous(), *discounts, *options))
+    inputs = (pointer(t) for t in (*as_f32, real, *discounts))
+    outputs = (pointer(t) for t in (grad, cost, count))
+    if library.ltr_logistic_pairs(batch, length, *inputs, *options, *outputs, torch.get_num_threads()) != 0:
+        raise MemoryError("the LambdaRank CPU kernel could not allocate a query's buffers")
+    return cost, grad, count

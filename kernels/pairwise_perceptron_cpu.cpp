@@ -6,8 +6,9 @@
 // One work item is one run: it streams its pairs in its own order, reading d_i and d_j from the
 // document matrix (no difference vectors are materialized); its weights and committee stay in
 // cache. Runs are spread over the cores.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
+//
+// A plain C ABI over raw pointers (loaded with ctypes; kernels/pairwise_perceptron_cpu.py checks
+// shapes, dtypes and contiguity before the call), so that it builds in a second without torch.
 
 #include <cstdint>
 #include <limits>
@@ -85,53 +86,44 @@ void stream_run(int64_t r, int64_t T, int64_t d, int64_t K, const scalar_t* feat
   hypotheses[r] = l;
 }
 
+template <typename scalar_t>
+void stream_runs(int64_t R, int64_t T, int64_t d, int64_t K, const scalar_t* features, const int64_t* pairs,
+                 const scalar_t* eta, const int64_t* order, scalar_t* weights, scalar_t* weighted_sum,
+                 scalar_t* committee, int64_t* counts, int64_t* births, int64_t* successes, int64_t* hypotheses,
+                 bool* mistakes, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r = 0; r < R; ++r) {
+    stream_run<scalar_t>(r, T, d, K, features, pairs, eta, order, weights, weighted_sum, committee, counts, births,
+                         successes, hypotheses, mistakes);
+  }
+}
+
 }  // namespace
+
+#ifndef LTR_KERNEL_HASH
+#define LTR_KERNEL_HASH "unstamped"
+#endif
+
+extern "C" {
+
+// The hash of the source and flags this library was built from (kernels/_native.py checks it).
+const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
 
 // features [N, d], pairs [P, 2] int64 (preferred document first), eta [P], order [R, T] int64 (pair
 // indices, each run's stream); state, contiguous and updated in place: weights and weighted_sum
 // [R, d], committee [R, K + 1, d], counts and births [R, K + 1] int64, successes and hypotheses [R]
-// int64; mistakes [R, T] bool is written.
-void pairwise_stream(torch::Tensor features, torch::Tensor pairs, torch::Tensor eta, torch::Tensor order,
-                     torch::Tensor weights, torch::Tensor weighted_sum, torch::Tensor committee, torch::Tensor counts,
-                     torch::Tensor births, torch::Tensor successes, torch::Tensor hypotheses, torch::Tensor mistakes) {
-  for (const auto& tensor : {features, pairs, eta, order, weights, weighted_sum, committee, counts, births, successes,
-                             hypotheses, mistakes}) {
-    TORCH_CHECK(tensor.is_contiguous() && tensor.device().is_cpu(), "every tensor must be contiguous, on the CPU");
+// int64; mistakes [R, T] bool is written. One entry point per floating type (float32, float64);
+// the runs are spread over `threads` threads.
+#define LTR_PAIRWISE_STREAM(NAME, TYPE)                                                                            \
+  void NAME(int64_t R, int64_t T, int64_t d, int64_t K, const TYPE* features, const int64_t* pairs,              \
+            const TYPE* eta, const int64_t* order, TYPE* weights, TYPE* weighted_sum, TYPE* committee,           \
+            int64_t* counts, int64_t* births, int64_t* successes, int64_t* hypotheses, bool* mistakes,           \
+            int threads) {                                                                                       \
+    stream_runs<TYPE>(R, T, d, K, features, pairs, eta, order, weights, weighted_sum, committee, counts, births, \
+                      successes, hypotheses, mistakes, threads);                                                 \
   }
-  const auto type = weights.scalar_type();
-  TORCH_CHECK(features.scalar_type() == type && eta.scalar_type() == type && weighted_sum.scalar_type() == type &&
-                  committee.scalar_type() == type,
-              "features, eta and the float state must share one dtype");
-  for (const auto& tensor : {pairs, order, counts, births, successes, hypotheses}) {
-    TORCH_CHECK(tensor.scalar_type() == at::kLong, "indices and counters must be int64");
-  }
-  TORCH_CHECK(mistakes.scalar_type() == at::kBool, "mistakes must be bool");
-  const int64_t R = weights.size(0), d = weights.size(1), K = committee.size(1) - 1, T = order.size(1);
-  TORCH_CHECK(features.size(1) == d && pairs.size(1) == 2 && eta.size(0) == pairs.size(0), "features [N, d], pairs [P, 2], eta [P]");
-  TORCH_CHECK(order.size(0) == R && mistakes.size(0) == R && mistakes.size(1) == T, "order and mistakes [R, T]");
-  TORCH_CHECK(committee.size(0) == R && committee.size(2) == d && counts.size(1) == K + 1 && births.size(1) == K + 1,
-              "committee [R, K + 1, d], counts and births [R, K + 1]");
-  AT_DISPATCH_FLOATING_TYPES(type, "pairwise_stream", [&] {
-    const scalar_t* x = features.data_ptr<scalar_t>();
-    const int64_t* pair = pairs.data_ptr<int64_t>();
-    const scalar_t* step = eta.data_ptr<scalar_t>();
-    const int64_t* stream = order.data_ptr<int64_t>();
-    scalar_t* w = weights.data_ptr<scalar_t>();
-    scalar_t* sum = weighted_sum.data_ptr<scalar_t>();
-    scalar_t* members = committee.data_ptr<scalar_t>();
-    int64_t* count = counts.data_ptr<int64_t>();
-    int64_t* birth = births.data_ptr<int64_t>();
-    int64_t* c = successes.data_ptr<int64_t>();
-    int64_t* l = hypotheses.data_ptr<int64_t>();
-    bool* out = mistakes.data_ptr<bool>();
-    at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        stream_run<scalar_t>(r, T, d, K, x, pair, step, stream, w, sum, members, count, birth, c, l, out);
-      }
-    });
-  });
-}
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("pairwise_stream", &pairwise_stream, "pairwise perceptron / committee stream of R runs (in place)");
-}
+LTR_PAIRWISE_STREAM(ltr_pairwise_stream_f32, float)
+LTR_PAIRWISE_STREAM(ltr_pairwise_stream_f64, double)
+
+}  // extern "C"

@@ -5,8 +5,11 @@
 // example's features are used by every perceptron of the block while in L1, and the block's
 // weights (BLOCK * d floats) stay in L2 across the stream. Compiled for AVX2/FMA and for the
 // baseline, the loader picks at run time (GCC function multiversioning).
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
+//
+// A plain C ABI over raw pointers (loaded with ctypes; kernels/prank_cpu.py checks shapes, dtypes
+// and contiguity before the call), so that it builds in a second without torch's headers.
+#include <algorithm>
+#include <cstdint>
 
 namespace {
 
@@ -61,50 +64,74 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
 
 }  // namespace
 
+#ifndef LTR_KERNEL_HASH
+#define LTR_KERNEL_HASH "unstamped"
+#endif
+
+extern "C" {
+
+// The hash of the source and flags this library was built from (kernels/_native.py checks it).
+const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
+
 // x [R, T, d] float, y [R, T] int64, presented [T, R, N] bool (the chunk's Bernoulli draws),
 // weights [R, N, d] and thresholds [R, N, K] float (contiguous, updated in place), predictions
-// [R, N, T] int64 (any strides, written: the rank predicted before each update), mistakes and
-// correct [R, N] float (contiguous, incremented by the presented examples mispredicted / not).
-void prank_stream(torch::Tensor x, torch::Tensor y, torch::Tensor presented, torch::Tensor weights,
-                  torch::Tensor thresholds, torch::Tensor predictions, torch::Tensor mistakes,
-                  torch::Tensor correct) {
-  TORCH_CHECK(x.is_contiguous() && y.is_contiguous() && presented.is_contiguous(), "inputs must be contiguous");
-  TORCH_CHECK(weights.is_contiguous() && thresholds.is_contiguous(), "state must be contiguous");
-  TORCH_CHECK(mistakes.is_contiguous() && correct.is_contiguous(), "counters must be contiguous");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weights.scalar_type() == at::kFloat, "float32 features and state");
-  TORCH_CHECK(y.scalar_type() == at::kLong && predictions.scalar_type() == at::kLong, "int64 labels and predictions");
-  TORCH_CHECK(presented.scalar_type() == at::kBool, "presented must be bool");
-  Stream s;
-  s.R = weights.size(0);
-  s.N = weights.size(1);
-  s.d = weights.size(2);
-  s.K = thresholds.size(2);
-  s.T = x.size(1);
-  TORCH_CHECK(x.size(0) == s.R && x.size(2) == s.d && y.size(1) == s.T, "x [R, T, d] and y [R, T]");
-  TORCH_CHECK(presented.size(0) == s.T && presented.size(1) == s.R && presented.size(2) == s.N, "presented [T, R, N]");
-  TORCH_CHECK(predictions.size(0) == s.R && predictions.size(1) == s.N && predictions.size(2) == s.T,
-              "predictions [R, N, T]");
-  s.x = x.data_ptr<float>();
-  s.y = y.data_ptr<int64_t>();
-  s.shown = presented.data_ptr<bool>();
-  s.w = weights.data_ptr<float>();
-  s.c = thresholds.data_ptr<float>();
-  s.out = predictions.data_ptr<int64_t>();
-  s.out_r = predictions.stride(0);
-  s.out_n = predictions.stride(1);
-  s.out_t = predictions.stride(2);
-  s.mistakes = mistakes.data_ptr<float>();
-  s.correct = correct.data_ptr<float>();
+// [R, N, T] int64 at strides (out_r, out_n, out_t) (written: the rank predicted before each
+// update), mistakes and correct [R, N] float (contiguous, incremented by the presented examples
+// mispredicted / not). The (run, block of perceptrons) items are spread over `threads` threads.
+void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, const float* x, const int64_t* y,
+                      const bool* presented, float* weights, float* thresholds, int64_t* predictions, int64_t out_r,
+                      int64_t out_n, int64_t out_t, float* mistakes, float* correct, int threads) {
+  const Stream s{R, N, d, K, T, x, y, presented, weights, thresholds, predictions, out_r, out_n, out_t,
+                 mistakes, correct};
   const int64_t BLOCK = 16;
-  const int64_t blocks = (s.N + BLOCK - 1) / BLOCK;
-  at::parallel_for(0, s.R * blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t r = item / blocks, first = (item % blocks) * BLOCK;
-      stream_block(s, r, first, std::min(s.N, first + BLOCK));
-    }
-  });
+  const int64_t blocks = (N + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t item = 0; item < R * blocks; ++item) {
+    const int64_t r = item / blocks, first = (item % blocks) * BLOCK;
+    stream_block(s, r, first, std::min(N, first + BLOCK));
+  }
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("prank_stream", &prank_stream, "PRank/OAP stream of one chunk (in place)");
+// The voted perceptron's sum over stored hypotheses (PRank-VP): for M hypotheses, weights [M, d]
+// and thresholds [M, K] (float, contiguous), survival [M] double, run [M] and row [M] int64, and
+// each run's test points feature-major, xt [runs, d, T] float: total[row[m] * T + t] +=
+// survival[m] * rank_m(x[run[m], t]), where rank_m counts the leading thresholds <= w_m . x
+// (Algorithm 1's min, as rank_of in rankers/perceptron/ensemble.py). Each thread owns a block of
+// test points (no two write one total) and runs it over the hypotheses, the test points across
+// SIMD lanes; the sums are of integers in double, so exact in any order.
+__attribute__((target_clones("arch=haswell", "default")))
+void voted_block(int64_t M, int64_t T, int64_t d, int64_t K, const float* weights, const float* thresholds,
+                 const double* survival, const int64_t* run, const int64_t* row, const float* xt, double* total,
+                 int64_t first, int64_t last) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* w = weights + m * d;
+    const float* c = thresholds + m * K;
+    const float* xs = xt + run[m] * d * T;
+    double* out = total + row[m] * T;
+    const double vote = survival[m];
+#pragma omp simd
+    for (int64_t t = first; t < last; ++t) {
+      float score = 0.f;
+      for (int64_t j = 0; j < d; ++j) score += w[j] * xs[j * T + t];
+      int alive = 1, rank = 0;
+      for (int64_t q = 0; q < K; ++q) {
+        alive &= (score - c[q] >= 0.f);
+        rank += alive;
+      }
+      out[t] += vote * static_cast<double>(rank);
+    }
+  }
 }
+
+void ltr_prank_voted(int64_t M, int64_t T, int64_t d, int64_t K, const float* weights, const float* thresholds,
+                     const double* survival, const int64_t* run, const int64_t* row, const float* xt, double* total,
+                     int threads) {
+  const int64_t TB = 256;
+  const int64_t blocks = (T + TB - 1) / TB;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (int64_t b = 0; b < blocks; ++b) {
+    voted_block(M, T, d, K, weights, thresholds, survival, run, row, xt, total, b * TB, std::min(T, b * TB + TB));
+  }
+}
+
+}  // extern "C"

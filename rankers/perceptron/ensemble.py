@@ -25,7 +25,7 @@ Fused = bool | Literal["cpu", "triton"]
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
 CHUNK = 2048
 # stored hypotheses scored together by the voted perceptron
-VOTED_CHUNK = 256
+VOTED_CHUNK = 1024
 
 
 def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
@@ -356,22 +356,54 @@ class PRankEnsemble:
         """Survival-weighted mean rank over every stored hypothesis ``[R, n]`` (averaged over N).
 
         Hypotheses are scored in stacked chunks of ``VOTED_CHUNK``, not one at a time: a PRank
-        stream of 50,000 examples stores thousands of them."""
+        stream of 50,000 examples stores thousands of them. On CPU (``fused`` True or ``"cpu"``) the
+        C++ loop ``kernels.prank_cpu.voted`` scores them; the tensor path is the reference."""
         if not self.keep_history:
             raise ValueError("combine='voted' needs keep_history=True")
         hypotheses = [*self.history, (self.weights, self.thresholds, self._open)]
         total = torch.zeros(self.r, self.n, features.shape[1], device=self.device, dtype=torch.float64)
+        flat = total.view(self.r * self.n, -1)
+        fused = self.fused in (True, "cpu") and self.device.type == "cpu" and prank_cpu.kernel() is not None
+        feature_major = features.transpose(1, 2).contiguous() if fused else None  # the kernel's layout
         votes = torch.zeros(self.r, self.n, 1, device=self.device, dtype=torch.float64)
         for start in range(0, len(hypotheses), VOTED_CHUNK):
             weights, thresholds, survival = (
                 torch.stack(part) for part in zip(*hypotheses[start : start + VOTED_CHUNK])
             )
-            score = torch.einsum("hrnd,rmd->hrnm", weights, features)  # [h, R, N, n]
-            ranks = rank_of(score, thresholds.unsqueeze(3)).double()
-            total += (ranks * survival.unsqueeze(-1)).sum(0)
-            votes += survival.sum(0).unsqueeze(-1)
+            # a slot is recorded when any run errs, so most (slot, run, perceptron) entries have no
+            # vote (20 PRank runs: 80%): score only the voting ones. Integer ranks times integer
+            # survivals summed in float64 are exact in any order, so every way below is the sum a
+            # loop over hypotheses would take
+            h, r, n = survival.nonzero(as_tuple=True)
+            votes.view(-1).index_add_(0, r * self.n + n, survival[h, r, n].double())
+            if fused:  # one C++ pass: each score in registers, no [M, n_test] intermediates
+                rows = r * self.n + n
+                prank_cpu.voted(weights[h, r, n], thresholds[h, r, n], survival[h, r, n], r, rows, feature_major, flat)
+                continue
+            for run in range(self.r):  # the tensor path, run by run
+                mine = r == run
+                if not bool(mine.any()):
+                    continue
+                hs, ns = h[mine], n[mine]
+                score = weights[hs, run, ns] @ features[run].T  # [M, n_test]
+                ranks = _voted_ranks(score, thresholds[hs, run, ns]).double()
+                into = torch.zeros(self.n, hs.numel(), dtype=torch.float64, device=self.device)
+                into[ns, torch.arange(hs.numel(), device=self.device)] = survival[hs, run, ns].double()
+                total[run] += into @ ranks  # [N, M] @ [M, n_test]
         current = self._each(features, self.weights, self.thresholds).double()
         return torch.where(votes > 0, total / votes.clamp_min(1e-12), current).mean(1)
+
+
+def _voted_ranks(score: Tensor, thresholds: Tensor) -> Tensor:
+    """``rank_of(score [M, n], thresholds [M, k-1])`` for the voted history: a binary search per
+    score where every row's thresholds are ordered (PRank keeps them so, Lemma 1), which is the
+    same count (``s - c >= 0`` iff ``c <= s`` for floats) without the ``[M, n, k-1]`` intermediate;
+    ``rank_of`` itself otherwise, or where a score may be NaN (which ranks 0 there; a NaN or
+    overflowing sum says "may")."""
+    ordered = bool((thresholds[:, 1:] >= thresholds[:, :-1]).all())
+    if not ordered or not bool(score.sum().isfinite()):
+        return rank_of(score, thresholds.unsqueeze(1))
+    return torch.searchsorted(thresholds.contiguous(), score.contiguous(), right=True)
 
 
 def _cpu(state: Tensor) -> torch.Generator:

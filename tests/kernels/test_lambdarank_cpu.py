@@ -129,7 +129,7 @@ def test_lists_without_pairs_give_zero(monkeypatch):
 def test_without_the_kernel_the_tensor_path_runs(monkeypatch):
     scores, labels, mask = _inputs(4, 20, seed=9)
     expected = _sums(scores, labels, mask, fused=False, monkeypatch=monkeypatch)
-    monkeypatch.setattr(lambdarank_cpu.KERNEL, "_module", None)
+    monkeypatch.setattr(lambdarank_cpu.KERNEL, "_library", None)
     monkeypatch.setattr(lambdarank_cpu.KERNEL, "_tried", True)
     ones = torch.ones(21)
     options = {"unit": False, "rho": 1.0, "delta": 0.0, "scale": 1.0, "sigma": 1.0, "top": 20}
@@ -149,13 +149,18 @@ def test_a_cutoff_below_one_is_refused_on_both_paths(fused, monkeypatch):
 
 
 def test_the_kernel_refuses_inputs_it_cannot_read():
-    module = lambdarank_cpu.kernel()
+    """The C loop trusts its pointers: the wrapper refuses shapes that would make it read out of
+    bounds, and converts dtypes (float64 scores, a float mask) rather than misreading them."""
     scores, labels, mask = _inputs(2, 5, seed=1)
     discount = torch.ones(6)
-    options = (False, 1.0, 0.0, 1.0, 1.0, 5)
-    with pytest.raises(RuntimeError, match="contiguous float32"):
-        module.logistic_pairs(scores.double(), labels, labels, mask, discount, discount, *options)
-    with pytest.raises(RuntimeError, match="contiguous bool"):
-        module.logistic_pairs(scores, labels, labels, mask.float(), discount, discount, *options)
-    with pytest.raises(RuntimeError, match="L \\+ 1 entries"):
-        module.logistic_pairs(scores, labels, labels, mask, discount[:5], discount, *options)
+    options = {"unit": False, "rho": 1.0, "delta": 0.0, "scale": 1.0, "sigma": 1.0, "top": 5}
+    with pytest.raises(ValueError, match="L \\+ 1"):
+        lambdarank_cpu.logistic_pairs(scores, labels, labels, mask, discount[:5], discount, **options)
+    with pytest.raises(ValueError, match="\\[B, L\\]"):
+        lambdarank_cpu.logistic_pairs(scores, labels[:, :4], labels, mask, discount, discount, **options)
+    expected = lambdarank_cpu.logistic_pairs(scores, labels, labels, mask, discount, discount, **options)
+    converted = lambdarank_cpu.logistic_pairs(
+        scores.double(), labels, labels, mask.float(), discount.double(), discount, **options
+    )
+    for ours, reference in zip(converted, expected, strict=True):
+        assert torch.equal(ours, reference)

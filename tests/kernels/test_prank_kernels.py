@@ -3,12 +3,14 @@ path against a scalar Algorithm 1 written here, example by example, on the same 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from kernels import prank_cpu, prank_triton
+from kernels._native import NativeKernel
 from rankers.perceptron import ensemble as perceptron
 from rankers.perceptron.ensemble import PRankEnsemble
 from tests.conftest import cuda_only
@@ -26,7 +28,7 @@ def triton_interpreter(monkeypatch):
 def needs(path: str) -> None:
     if path == "triton" and prank_triton.triton is None:
         pytest.skip("triton is not installed (pip install -e .[dev])")
-    if path == "cpu":  # CI builds it first (python -m kernels.build): a missing build is a failure here
+    if path == "cpu":  # pip install -e . builds it (CI checks with python -m kernels.build): missing is a failure
         assert prank_cpu.kernel() is not None, "the PRank CPU kernel could not be built"
 
 
@@ -162,57 +164,49 @@ def test_forced_kernel_that_is_unavailable_is_an_error(monkeypatch):
         PRankEnsemble(2, 3, fused="gpu")
 
 
-# -- building the C++ kernel ---------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_voted_kernel_is_the_tensor_path(n):
+    """PRank-VP's evaluation through the C++ loop and through the tensor path, on exact data (every
+    score exact in float32, so ties with thresholds fall the same way): the same float64 sums."""
+    needs("cpu")
+    x, y, presented = exact_stream(4, 3, 400, 4, 5, n)
+    test_x = torch.randint(-3, 4, (3, 50, 4), generator=torch.Generator().manual_seed(5)).float() / 2
+    voted = {}
+    for fused in (True, False):
+        model = PRankEnsemble(4, 5, n_perceptrons=n, n_runs=3, keep_history=True, fused=fused)
+        model.partial_fit(x, y, presented=presented)
+        voted[fused] = model.mean_rank(test_x, "voted")
+    assert torch.equal(voted[True], voted[False])
 
 
-@pytest.fixture
-def fresh_build(monkeypatch, tmp_path):
-    """An empty build cache and a loader that has not tried yet."""
-    monkeypatch.setattr(prank_cpu.KERNEL, "build_directory", lambda: tmp_path)
-    monkeypatch.setattr(prank_cpu.KERNEL, "_module", None)
-    monkeypatch.setattr(prank_cpu.KERNEL, "_tried", False)
-    return tmp_path
+# -- without the C++ kernel (how it is built and found: test_native.py) ------------------------------
 
 
-def test_first_use_says_it_compiles(fresh_build, monkeypatch, capsys):
-    compiled = []
-    monkeypatch.setattr(prank_cpu.KERNEL, "_compile", lambda: compiled.append(1) or "module")
-    assert prank_cpu.KERNEL.load_kernel() == "module"
-    assert compiled and prank_cpu.KERNEL.compile_message in capsys.readouterr().err
-
-
-def test_a_cached_build_loads_silently_without_compiling(monkeypatch, capsys):
-    needs("cpu")  # the real cache is built now
-    monkeypatch.setattr(prank_cpu.KERNEL, "_compile", lambda: pytest.fail("compiled although cached"))
-    module = prank_cpu.KERNEL.load_kernel()
-    assert hasattr(module, "prank_stream")
-    assert capsys.readouterr().err == ""
-
-
-def test_extension_name_follows_the_source(monkeypatch, tmp_path):
-    source = tmp_path / "prank_cpu.cpp"
-    source.write_text(prank_cpu.KERNEL.source.read_text())
-    monkeypatch.setattr(prank_cpu.KERNEL, "source", source)
-    before = prank_cpu.KERNEL.extension_name()
-    source.write_text(source.read_text() + "\n// changed\n")
-    assert prank_cpu.KERNEL.extension_name() != before
-    assert before.startswith("ltr_prank_cpu_")
-
-
-@pytest.mark.parametrize("missing", ["compiler", "ninja"])
-def test_missing_toolchain_falls_back_to_the_tensor_path(fresh_build, monkeypatch, missing):
-    import torch.utils.cpp_extension as cpp_extension
-
-    if missing == "compiler":
-        monkeypatch.setenv("CXX", str(fresh_build / "no-such-c++"))
-    else:
-        monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+def test_missing_compiler_falls_back_to_the_tensor_path(monkeypatch, tmp_path):
+    """No installed library, an empty cache and no compiler: one warning, then the tensor path."""
+    spec = dataclasses.replace(prank_cpu.KERNEL.spec, directory=tmp_path)
+    (tmp_path / "prank_cpu.cpp").write_text(prank_cpu.KERNEL.spec.source.read_text())
+    monkeypatch.setattr(prank_cpu, "KERNEL", NativeKernel(spec))
+    monkeypatch.setenv("LTR_KERNELS_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
     with pytest.warns(UserWarning, match="PRank CPU kernel unavailable, using the tensor path"):
         assert prank_cpu.kernel() is None
     x, y, presented = exact_stream(1, 2, 30, 3, 4, 3)
     fallback = PRankEnsemble(3, 4, n_perceptrons=3, n_runs=2, fused=True)
     tensor = PRankEnsemble(3, 4, n_perceptrons=3, n_runs=2, fused=False)
     assert torch.equal(fallback.partial_fit(x, y, presented=presented), tensor.partial_fit(x, y, presented=presented))
+
+
+def test_the_kernel_refuses_a_wrong_shape_instead_of_reading_out_of_bounds():
+    needs("cpu")
+    x, y, presented = exact_stream(0, 2, 10, 3, 4, 5)
+    weights, thresholds = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
+    predictions = torch.zeros(2, 5, 10, dtype=torch.long)
+    counters = (torch.zeros(2, 5), torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="presented"):
+        prank_cpu.stream(x, y, presented[:, :, :4], weights, thresholds, predictions, *counters)
+    with pytest.raises(ValueError, match=r"x: expected torch\.float32"):
+        prank_cpu.stream(x.double(), y, presented, weights, thresholds, predictions, *counters)
 
 
 # -- on the GPU ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, rank_of
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, _voted_ranks, rank_of
 
 
 def scalar_prank(xs, ys, k):
@@ -220,3 +220,17 @@ def test_mean_rank_is_the_unrounded_vote_and_predict_rounds_it(combine):
         torch.testing.assert_close(mean, (each * votes).sum(1) / votes.sum(1))
     assert torch.equal(ensemble.predict(x[:, :50], combine), torch.floor(mean + 0.5).clamp(0, 4).long())
     assert (mean != mean.round()).any()  # a real-valued vote, not a rank
+
+
+def test_voted_ranks_count_as_rank_of_whatever_the_order_and_nan():
+    """The voted history's binary search is rank_of's count: on ordered thresholds, and through the
+    fallback on unordered ones and NaN scores (rank 0), ties (score == threshold) included."""
+    g = torch.Generator().manual_seed(3)
+    thresholds = torch.randint(-4, 5, (50, 4), generator=g).float() / 2
+    score = torch.randint(-6, 7, (50, 30), generator=g).float() / 2  # many scores equal a threshold
+    ordered = thresholds.sort(-1).values
+    assert torch.equal(_voted_ranks(score, ordered), rank_of(score, ordered.unsqueeze(1)))
+    assert torch.equal(_voted_ranks(score, thresholds), rank_of(score, thresholds.unsqueeze(1)))
+    score[3, 4] = float("nan")
+    assert torch.equal(_voted_ranks(score, ordered), rank_of(score, ordered.unsqueeze(1)))
+    assert _voted_ranks(score, ordered)[3, 4] == 0
