@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def paper_table_plot(
     axes.set_xlabel(xlabel)
     axes.grid(axis="x", alpha=0.3)
     axes.legend(fontsize=8, loc="best")
-    axes.set_title(title, fontsize=9)
+    _title(axes, title)
     return _save(figure, plt, path)
 
 
@@ -135,7 +136,7 @@ def spread_bar_plot(
     axes.set_xticks(range(len(rows)), rows, rotation=30, ha="right", fontsize=8)
     axes.set_ylabel(ylabel)
     axes.grid(axis="y", alpha=0.3)
-    axes.set_title(title, fontsize=9)
+    _title(axes, title)
     return _save(figure, plt, path)
 
 
@@ -165,7 +166,7 @@ def speed_plot(
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=8)
-    axes.set_title(title, fontsize=9)
+    _title(axes, title)
     return _save(figure, plt, path)
 
 
@@ -174,6 +175,11 @@ def _std(values: Sequence[float]) -> float:
         return 0.0
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _title(axes, title: str, width: int = 90) -> None:
+    """A long title (commands, machine) wrapped instead of cut at the figure's edge."""
+    axes.set_title("\n".join(textwrap.fill(line, width) for line in title.splitlines()), fontsize=9)
 
 
 def _save(figure, plt, path: str | Path) -> Path:
