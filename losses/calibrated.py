@@ -123,14 +123,16 @@ def calibrated_ranking_loss(
     if mask is None:
         mask = torch.ones_like(labels, dtype=torch.bool)
     mask = mask.bool()
-    scores = torch.where(mask, scores.float(), torch.zeros((), device=scores.device))
-    labels = torch.where(mask, labels.float(), torch.zeros((), device=labels.device))
+    # at least float32 (half and bfloat16 under autocast are promoted), float64 kept
+    dtype = torch.promote_types(scores.dtype, torch.float32)
+    scores = torch.where(mask, scores.to(dtype), torch.zeros((), dtype=dtype, device=scores.device))
+    labels = torch.where(mask, labels.to(dtype), torch.zeros((), dtype=dtype, device=labels.device))
     constraint = preference_pairs(labels, mask, pairs=pairs)
     gaps = scores[:, :, None] - scores[:, None, :]
     pair_cost = torch.where(constraint, _surrogate(gaps, surrogate, margin), torch.zeros_like(gaps))
     n_pairs = constraint.sum((1, 2))
     pair_term = pair_cost.sum((1, 2)) / n_pairs.clamp_min(1)
-    signs = calibration_signs(labels, mask, pairs=pairs)
+    signs = calibration_signs(labels, mask, pairs=pairs).to(dtype)
     zero_cost = torch.where(signs != 0, _surrogate(signs * scores, surrogate, margin), torch.zeros_like(scores))
     zero_term = zero_cost.sum(1) / (signs != 0).sum(1).clamp_min(1)
     per_instance = pair_term + calibration * zero_term

@@ -50,7 +50,7 @@ class LabelRankerModule(PassLimit, pl.LightningModule):
         super().__init__()
         self.scaler = scaler if scaler is not None else AffineScaler(torch.zeros(n_features), torch.ones(n_features))
         self.label_names = list(label_names or [str(i) for i in range(n_labels)])
-        self.monitor = monitor
+        self.monitor, self.passes = monitor, epochs
         names = list(LABEL_RANKING_METRICS) + (list(TOP_LABEL_METRICS) if ranked else [])
         self.metric_fns = {**LABEL_RANKING_METRICS, **TOP_LABEL_METRICS}
         self.metric_names = names
@@ -63,10 +63,10 @@ class LabelRankerModule(PassLimit, pl.LightningModule):
 
     def on_fit_start(self) -> None:
         self.refuse_ddp("the label rankers fit")
-        self.check_passes(self.hparams.epochs)
+        self.check_passes(self.passes)
 
     def on_train_epoch_end(self) -> None:
-        self.stop_after(self.hparams.epochs)
+        self.stop_after(self.passes)
 
     def _evaluate(self, batch: Batch, stage: str) -> None:
         scores = self(batch["features"])
