@@ -67,7 +67,7 @@ def test_the_last_k_attributes_without_xml(tmp_path):
     )
     data = read_arff(arff, n_labels=2)
     assert data.label_names == ["b", "c"] and data.features.tolist() == [[3.0]]
-    with pytest.raises(MultilabelFormatError, match="data.labels=X.xml"):
+    with pytest.raises(MultilabelFormatError, match=r"data\.labels=X\.xml"):
         read_arff(arff)
 
 
