@@ -214,7 +214,7 @@ class NeuralLabelRanker(LabelRankerModule):
         dropout: float = 0.2,
         lr: float = 0.003,
         weight_decay: float = 0.01,
-        epochs: int = 30,
+        epochs: int = 20,
         surrogate: str = "logistic",
         margin: float = 0.0,
         pairs: str = "all",
