@@ -41,15 +41,31 @@ def fit_binary_relevance(
 
 
 def mlknn_scores(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, *, k: int = 10) -> np.ndarray | None:
-    """ML-kNN's posterior P(relevant) - 1/2 per label ``[N, d]`` (cut at 0 = its own 1/2 rule), or None
-    when scikit-multilearn is not installed or fails with the installed scikit-learn."""
+    """ML-kNN's (Zhang & Zhou 2007) posterior P(relevant | neighbour count) - 1/2 per label ``[N, d]``
+    (cut at 0 = its own rule), from scikit-multilearn's fitted model; None when it is not installed.
+
+    scikit-multilearn 0.2.0's ``predict_proba`` returns the posterior's numerator only, so the
+    posterior is computed here from the fitted priors and conditionals, as its ``predict`` compares them.
+    """
     try:
-        from skmultilearn.adapt import MLkNN
+        from skmultilearn.adapt import MLkNN, mlknn
     except ImportError:
         return None
-    try:
-        model = MLkNN(k=k).fit(train_x, (train_y > 0).astype(int))
-        proba = model.predict_proba(test_x)
-    except Exception:  # scikit-multilearn is unmaintained; its calls into scikit-learn break across versions
-        return None
-    return np.asarray(proba.todense() if hasattr(proba, "todense") else proba, dtype=np.float32) - 0.5
+    from sklearn.neighbors import NearestNeighbors
+
+    # (its fitted tables are private attributes: _prior_prob_true, _cond_prob_true, ...)
+    # scikit-multilearn 0.2.0 calls NearestNeighbors(k) positionally, which scikit-learn >= 1.0 refuses:
+    # give its module a NearestNeighbors that takes k that way (its only call)
+    mlknn.NearestNeighbors = lambda k, **options: NearestNeighbors(n_neighbors=k, **options)
+    relevant = (np.asarray(train_y) > 0).astype(int)
+    model = MLkNN(k=k).fit(train_x, relevant)
+    neighbours = model.knn_.kneighbors(test_x, k, return_distance=False)
+    counts = relevant[neighbours].sum(1)  # [N, d]: relevant neighbours per label
+    labels = np.arange(relevant.shape[1])
+    true_cond = np.asarray(model._cond_prob_true.toarray())[labels, counts]
+    false_cond = np.asarray(model._cond_prob_false.toarray())[labels, counts]
+    prior_true = np.asarray(model._prior_prob_true, dtype=np.float64).reshape(-1)
+    prior_false = np.asarray(model._prior_prob_false, dtype=np.float64).reshape(-1)
+    numerator = prior_true * true_cond
+    posterior = numerator / np.maximum(numerator + prior_false * false_cond, 1e-300)
+    return (posterior - 0.5).astype(np.float32)
