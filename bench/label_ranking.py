@@ -116,7 +116,7 @@ def plot(results: dict[str, dict[str, dict]], path: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs=3, action="append", required=True, metavar=("TRAIN", "TEST", "LABELS"),
-                        help="a train/test pair and its MULAN XML (or k: the last k attributes are labels)")  # fmt: skip
+                        help="a train/test pair and its MULAN XML (or k: the last k attributes)")  # fmt: skip
     parser.add_argument("--models", nargs="+", default=list(MODELS.values()), help="model configs to run")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--plot", default=None, help="PNG of the ranking and Hamming losses")

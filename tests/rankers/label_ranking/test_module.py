@@ -75,4 +75,4 @@ def test_a_bad_file_is_a_data_error_naming_file_and_line(tmp_path):
     bad = tmp_path / "bad.arff"
     bad.write_text("@relation r\n@attribute x numeric\n@attribute L {0,1}\n@data\n1,0\n2,7\n")
     with pytest.raises(DataError, match=r"bad.arff:6: "):
-        run(tmp_path, "model=calibrated_label_ranking", "data=multilabel", f"data.train={bad}", "data.n_labels=1", *FAST)
+        run(tmp_path, "model=calibrated_label_ranking", "data=multilabel", f"data.train={bad}", "data.n_labels=1")
