@@ -3,6 +3,10 @@
     python bench/label_ranking.py --data emotions-train.arff emotions-test.arff emotions.xml \
         --data yeast-train.arff yeast-test.arff yeast.xml --plot label_ranking.png
 
+With ``--cv K`` the test files are not read: each model is cross-validated on each training file
+(``data.cv_folds=K``), the figures are means over the folds. ``--override`` applies to every run
+(``--override data.scaling=zscore`` checks the scaling).
+
 Each ``--data TRAIN TEST LABELS`` (LABELS: MULAN's XML, or k for the last k attributes) is run through
 ``train.py``'s pipeline with every model at its defaults (``model=calibrated_label_ranking``,
 ``calibrated_label_ranking_mlp``, ``binary_relevance``), plus scikit-multilearn's ML-kNN (k=10) on the
@@ -74,6 +78,14 @@ def run_mlknn(overrides: list[str], out: Path) -> dict | None:
     return {**{n: float(f(s, labels).mean()) for n, f in LABEL_RANKING_METRICS.items()}, "fit_seconds": seconds}
 
 
+def run_set(models: list[str], overrides: list[str], out: Path, seed: int, names: dict[str, str]) -> dict:
+    rows = {names.get(m, m): run_model(m, overrides, out, seed) for m in models}
+    mlknn = run_mlknn(overrides, out)
+    if mlknn is not None:
+        rows["ML-kNN (k=10)"] = mlknn
+    return rows
+
+
 def table(name: str, rows: dict[str, dict]) -> str:
     reference = rows[REFERENCE]
     lines = [
@@ -119,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a train/test pair and its MULAN XML (or k: the last k attributes)")  # fmt: skip
     parser.add_argument("--models", nargs="+", default=list(MODELS.values()), help="model configs to run")
     parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--cv", type=int, default=0, metavar="K",
+                        help="K-fold cross-validation on each TRAIN file instead of the test file")  # fmt: skip
+    parser.add_argument("--override", nargs="*", default=[], help="overrides for every run, e.g. data.scaling=zscore")
     parser.add_argument("--plot", default=None, help="PNG of the ranking and Hamming losses")
     parser.add_argument("--json", default=None, help="write every figure here")
     args = parser.parse_args(argv)
@@ -129,14 +144,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for train_path, test_path, labels in args.data:
             name = Path(train_path).stem.removesuffix("-train")
-            overrides = data_overrides(train_path, test_path, labels)
-            rows = {names.get(m, m): run_model(m, overrides, Path(tmp) / name, args.seed) for m in args.models}
-            mlknn = run_mlknn(overrides, Path(tmp) / name)
-            if mlknn is not None:
-                rows["ML-kNN (k=10)"] = mlknn
+            overrides = [*data_overrides(train_path, test_path, labels), *args.override]
+            folds = [[f"data.cv_folds={args.cv}", f"data.cv_fold={i}"] for i in range(args.cv)] if args.cv else [[]]
+            per_fold = [run_set(args.models, [*overrides, *fold], Path(tmp) / name, args.seed, names) for fold in folds]
+            rows = {m: {c: float(np.mean([f[m][c] for f in per_fold])) for c in per_fold[0][m]} for m in per_fold[0]}
             results[name] = rows
             if REFERENCE in rows:
-                print(table(name, rows), flush=True)
+                print(table(f"{name} ({args.cv}-fold CV on the training file)" if args.cv else name, rows), flush=True)
     if len(results) > 1 and all(REFERENCE in r for r in results.values()):
         mean = {m: {c: float(np.mean([r[m][c] for r in results.values()])) for c in (*COLUMNS, "fit_seconds")}
                 for m in next(iter(results.values()))}  # fmt: skip

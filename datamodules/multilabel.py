@@ -107,8 +107,13 @@ class LabelRankingDataModule(pl.LightningDataModule):
         data_seed: int = 0,
         batch_size: int = 32,
         eval_batch_size: int = 1024,
+        cv_folds: int | None = None,
+        cv_fold: int = 0,
     ) -> None:
         super().__init__()
+        if cv_folds is not None and not (cv_folds >= 2 and 0 <= cv_fold < cv_folds):
+            raise ValueError(f"data.cv_fold must be in 0..cv_folds-1 with cv_folds >= 2, got {cv_fold} of {cv_folds}")
+        self.cv_folds, self.cv_fold = cv_folds, cv_fold
         if scaling not in SCALINGS:
             raise ValueError(f"data.scaling must be one of {SCALINGS}, got {scaling!r}")
         if not 0.0 <= val_fraction < 1.0:
@@ -127,6 +132,10 @@ class LabelRankingDataModule(pl.LightningDataModule):
         if self.splits:
             return
         data = self.read()
+        if self.cv_folds:
+            # cross-validation on the training file: fold cv_fold tests, the others train; the test file is not read
+            data["train"], data["test"] = _fold(data["train"], self.cv_folds, self.cv_fold, self.data_seed)
+            data.pop("val", None)
         if self.val_fraction > 0 and "val" not in data:
             data["train"], data["val"] = _split(data["train"], self.val_fraction, self.data_seed)
         self.data = data
@@ -202,8 +211,19 @@ def _as_batch(items: list) -> dict[str, Tensor]:
 def _split(data: MultilabelData, fraction: float, seed: int) -> tuple[MultilabelData, MultilabelData]:
     order = np.random.default_rng(seed).permutation(len(data.labels))
     n_val = max(1, round(fraction * len(order)))
+    return _parts(data, np.sort(order[n_val:]), np.sort(order[:n_val]))
+
+
+def _fold(data: MultilabelData, folds: int, fold: int, seed: int) -> tuple[MultilabelData, MultilabelData]:
+    """The training instances outside fold ``fold`` of ``folds`` (a seeded shuffle), and the fold."""
+    order = np.random.default_rng(seed).permutation(len(data.labels))
+    held = np.array_split(order, folds)[fold]
+    return _parts(data, np.setdiff1d(order, held), np.sort(held))
+
+
+def _parts(data: MultilabelData, *indices: np.ndarray) -> tuple[MultilabelData, ...]:
     parts = []
-    for index in (np.sort(order[n_val:]), np.sort(order[:n_val])):
+    for index in indices:
         parts.append(
             MultilabelData(
                 data.features[index],
@@ -215,7 +235,7 @@ def _split(data: MultilabelData, fraction: float, seed: int) -> tuple[Multilabel
                 data.ranked,
             )
         )
-    return parts[0], parts[1]
+    return tuple(parts)
 
 
 class MultilabelDataModule(LabelRankingDataModule):
@@ -230,6 +250,9 @@ class MultilabelDataModule(LabelRankingDataModule):
             top-label files the label count (else the header's or the largest label + 1).
         scaling: ``minmax`` (default), ``zscore`` or ``none``, fitted on the training split and
             carried into the exported scorer.
+        cv_folds, cv_fold: cross-validation on the training file (``data.cv_folds=5 data.cv_fold=0``):
+            fold ``cv_fold`` of a ``data_seed`` shuffle is the test split, the rest trains; the test
+            file is then not read. For choosing settings without touching the test file.
     """
 
     def __init__(
@@ -247,6 +270,8 @@ class MultilabelDataModule(LabelRankingDataModule):
         self.labels, self.n_labels = labels, n_labels
 
     def read(self) -> dict[str, MultilabelData]:
+        if self.cv_folds:
+            self.paths = {**self.paths, "test": None, "val": None}
         for name, path in self.paths.items():
             if path is not None and not Path(path).is_file():
                 raise MultilabelFormatError(f"{path}: no such file (data.{name})")
