@@ -146,7 +146,10 @@ def main(argv: list[str] | None = None) -> None:
             name = Path(train_path).stem.removesuffix("-train")
             overrides = [*data_overrides(train_path, test_path, labels), *args.override]
             folds = [[f"data.cv_folds={args.cv}", f"data.cv_fold={i}"] for i in range(args.cv)] if args.cv else [[]]
-            per_fold = [run_set(args.models, [*overrides, *fold], Path(tmp) / name, args.seed, names) for fold in folds]
+            per_fold = [
+                run_set(args.models, [*overrides, *fold], Path(tmp) / name / f"fold{i}", args.seed, names)
+                for i, fold in enumerate(folds)
+            ]
             rows = {m: {c: float(np.mean([f[m][c] for f in per_fold])) for c in per_fold[0][m]} for m in per_fold[0]}
             results[name] = rows
             if REFERENCE in rows:

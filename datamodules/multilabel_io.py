@@ -133,7 +133,7 @@ def read_arff(
     label_values = _label_matrix(path, rows, attributes, label_index, lines)
     features, feature_names, notes = _feature_matrix(path, rows, attributes, set(label_index), lines)
     return MultilabelData(
-        features, label_values, [attributes[i][0] for i in label_index], feature_names, str(path), notes
+        features, label_values, [_unescape(attributes[i][0]) for i in label_index], feature_names, str(path), notes
     )
 
 
@@ -154,6 +154,8 @@ def _label_columns(
         xml = None if isinstance(labels, list | tuple) else Path(labels)
         wanted = list(labels) if xml is None else read_label_names(xml)
         position = {name: i for i, name in enumerate(names)}
+        # an ARFF name quoted with escapes ('Swainson\\'s Thrush' in MULAN's birds) is named unescaped in the XML
+        position.update({_unescape(name): i for i, name in enumerate(names) if _unescape(name) not in position})
         for name in wanted:
             if name not in position:
                 where = f"{xml}:{_xml_line(xml, name)}" if xml is not None else "labels"
@@ -166,6 +168,11 @@ def _label_columns(
     if not 0 < n_labels < len(names):
         raise MultilabelFormatError(f"{path}: n_labels={n_labels} but the file has {len(names)} attributes")
     return list(range(len(names) - n_labels, len(names)))
+
+
+def _unescape(name: str) -> str:
+    r"""An ARFF attribute name with its backslash escapes resolved (``Swainson\'s`` -> ``Swainson's``)."""
+    return re.sub(r"\\(.)", r"\1", name)
 
 
 def _data_lines(text: str) -> np.ndarray:

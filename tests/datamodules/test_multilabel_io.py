@@ -20,6 +20,7 @@ from datamodules.multilabel_io import (
     write_top_label,
 )
 
+MULAN = "http://mulan.sourceforge.net/labels"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multilabel"
 
 HEADER = """@relation r
@@ -142,3 +143,11 @@ def test_the_shared_mulan_sets_read_whole(name, shape):
     data = read_arff(SHARED / name / f"{name}-train.arff", labels=SHARED / name / f"{name}.xml")
     assert (*data.features.shape, data.n_labels) == shape
     assert set(np.unique(data.labels)) == {0.0, 1.0} and np.isfinite(data.features).all()
+
+
+def test_an_escaped_quote_in_an_arff_name_matches_the_xml(tmp_path):
+    """MULAN's birds: ``@attribute 'Swainson\\'s Thrush' {0,1}`` in the ARFF, ``Swainson's Thrush`` in the XML."""
+    header = "@relation r\n@attribute x numeric\n@attribute 'Swainson\\'s Thrush' {0,1}\n@data\n1,1\n"
+    arff = write(tmp_path, "b.arff", header)
+    xml = write(tmp_path, "b.xml", f"<labels xmlns='{MULAN}'><label name=\"Swainson's Thrush\"/></labels>")
+    assert read_arff(arff, labels=xml).label_names == ["Swainson's Thrush"]
