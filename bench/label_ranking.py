@@ -104,22 +104,25 @@ def table(name: str, rows: dict[str, dict]) -> str:
 
 
 def plot(results: dict[str, dict[str, dict]], path: str) -> None:
+    """Each model's ranking and Hamming loss as a ratio to binary relevance's, per set (below 1: better)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sets, models = list(results), list(next(iter(results.values())))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    sets, models = list(results), [m for m in next(iter(results.values())) if m != REFERENCE]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     width = 0.8 / len(models)
     for ax, metric in zip(axes, ("ranking_loss", "hamming_loss"), strict=True):
         for i, model in enumerate(models):
-            values = [results[s][model][metric] if model in results[s] else np.nan for s in sets]
+            values = [results[s][model][metric] / results[s][REFERENCE][metric] for s in sets]
             ax.bar(np.arange(len(sets)) + i * width, values, width, label=model)
+        ax.axhline(1.0, color="black", lw=1, label=REFERENCE)
         ax.set_xticks(np.arange(len(sets)) + width * (len(models) - 1) / 2, sets)
-        ax.set_title(f"test {metric.replace('_', ' ')} (lower is better)")
+        ax.set_title(f"test {metric.replace('_', ' ')} / binary relevance's (below 1: better)")
+        ax.set_ylim(0.8, 1.2)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"plot: {path}")
