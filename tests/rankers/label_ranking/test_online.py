@@ -91,7 +91,7 @@ def test_runs_are_independent_learners_in_one_tensor():
 
 def test_a_separable_planted_model_is_learned():
     generator = torch.Generator().manual_seed(3)
-    x, y, w = planted_label_ranking(1500, 6, 5, generator=generator)
+    x, y, w = planted_label_ranking(1000, 6, 5, generator=generator)
     x = torch.cat([x, torch.ones(len(x), 1)], 1)  # the planted model has a bias
     learner = CalibratedPerceptron(7, 5, loss="kendall", average=False)
     passes = [learner.partial_fit(x[None], y[None]).mean() for _ in range(4)]
