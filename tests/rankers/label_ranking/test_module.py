@@ -32,7 +32,10 @@ def run(tmp_path: Path, *overrides: str) -> dict:
     ("model", "options"),
     [
         ("calibrated_label_ranking", ["model.epochs=2", "model.n_runs=3", "export=false"]),
-        ("calibrated_label_ranking_mlp", ["model.epochs=8", "model.hidden=[16]", "model.lr=0.02", "export=false"]),
+        (
+            "calibrated_label_ranking_mlp",
+            ["model.epochs=8", "model.hidden=[16]", "model.lr=0.02", "export=false", "data.val_fraction=0.2"],
+        ),
         ("binary_relevance", ["export=false"]),
     ],
 )
@@ -44,6 +47,8 @@ def test_a_model_trains_tests_and_writes_results(tmp_path, model, options):
     # a planted linear model with little noise: far better than chance on every measure
     assert saved["test"]["ranking_loss"] < 0.15 and saved["test"]["kendall_tau"] < 0.2
     assert list((tmp_path / "out" / "tensorboard").rglob("events.out.tfevents.*"))
+    # with a validation split, the monitored val/ranking_loss chooses the checkpoint
+    assert ("ranking_loss" in saved["val"]) == ("data.val_fraction=0.2" in options)
 
 
 def test_the_exports_reproduce_the_scores_and_predict_reads_them(tmp_path, capsys):
