@@ -1,6 +1,7 @@
 """Pure ranking losses: no Lightning, no state. Inputs ``[B, L]``, see each docstring."""
 
 from losses.approxndcg import approx_ndcg_loss, approx_ranks
+from losses.calibrated import calibrated_ranking_loss
 from losses.lambdaloss import lambdaloss
 from losses.lambdarank import lambdarank_loss, lambdas
 from losses.linklearn import linklearn_hinge
@@ -21,6 +22,7 @@ from losses.ranknet import ranknet_loss
 __all__ = [
     "approx_ndcg_loss",
     "approx_ranks",
+    "calibrated_ranking_loss",
     "delta_ndcg_weight",
     "lambdaloss",
     "lambdarank_loss",

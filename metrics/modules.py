@@ -37,6 +37,13 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "kpartite_error": False,
     "rank_loss": False,
     "loss": False,
+    # label ranking (metrics.label_ranking)
+    "ranking_loss": False,
+    "hamming_loss": False,
+    "coverage": False,
+    "one_error": False,
+    "kendall_tau": False,
+    "footrule": False,
 }
 
 

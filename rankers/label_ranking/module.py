@@ -1,0 +1,302 @@
+"""LightningModules of the label ranking family: the online calibrated ranker (Algorithm 1), its
+neural version (an MLP with d outputs on the calibrated constraint loss) and binary relevance.
+
+All three take batches ``{"features": [B, F] raw, "labels": [B, d]}`` from
+``datamodules.multilabel``, scale features with the datamodule's ``AffineScaler``, log the label
+ranking metrics of ``metrics.label_ranking`` (``val/...``, ``test/...``) and export a
+:class:`~rankers.label_ranking.export.LabelScorer`: raw features ``[N, F]`` in, ``[N, d]`` label
+scores out, the calibrated cut at 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from datamodules.multilabel import AffineScaler
+from losses.calibrated import calibrated_ranking_loss
+from metrics.label_ranking import LABEL_RANKING_METRICS, TOP_LABEL_METRICS
+from rankers.label_ranking.baselines import fit_binary_relevance
+from rankers.label_ranking.export import LinearLabelScorer, MLPLabelScorer, export_label_scorer
+from rankers.label_ranking.online import CalibratedPerceptron
+from rankers.neural.module import PassLimit
+
+Batch = dict[str, Tensor]
+
+
+class LabelRankerModule(PassLimit, pl.LightningModule):
+    """What the three label rankers share: scaling, metrics, checkpoints of the core, export.
+
+    Subclasses set ``self.core`` (an ``nn.Module`` mapping scaled ``[N, F]`` to ``[N, d]``) and train it.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_features: int,
+        n_labels: int,
+        scaler: AffineScaler | None = None,
+        label_names: list[str] | None = None,
+        ranked: bool = False,
+        epochs: int = 1,
+        monitor: str = "val/ranking_loss",
+    ) -> None:
+        super().__init__()
+        self.scaler = scaler if scaler is not None else AffineScaler(torch.zeros(n_features), torch.ones(n_features))
+        self.label_names = list(label_names or [str(i) for i in range(n_labels)])
+        self.monitor, self.passes = monitor, epochs
+        names = list(LABEL_RANKING_METRICS) + (list(TOP_LABEL_METRICS) if ranked else [])
+        self.metric_fns = {**LABEL_RANKING_METRICS, **TOP_LABEL_METRICS}
+        self.metric_names = names
+        self.val_metrics = nn.ModuleDict({name: MeanMetric() for name in names})
+        self.test_metrics = nn.ModuleDict({name: MeanMetric() for name in names})
+
+    def forward(self, features: Tensor) -> Tensor:
+        """Raw features ``[N, F]`` -> label scores ``[N, d]`` (relevant when > 0)."""
+        return self.core(self.scaler(features.float()))
+
+    def on_fit_start(self) -> None:
+        self.refuse_ddp("the label rankers fit")
+        self.check_passes(self.passes)
+
+    def on_train_epoch_end(self) -> None:
+        self.stop_after(self.passes)
+
+    def _evaluate(self, batch: Batch, stage: str) -> None:
+        scores = self(batch["features"])
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        for name in self.metric_names:
+            values = self.metric_fns[name](scores, batch["labels"])
+            metrics[name].update(values)
+            self.log(f"{stage}/{name}", metrics[name], on_epoch=True, prog_bar=name == "ranking_loss")
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """``scorer.pt`` (TorchScript), ``scorer.onnx`` and ``meta.json`` (label names, the cut)."""
+        return export_label_scorer(self.scaler, self.core, out_dir, self.hparams.n_features, self.label_names)
+
+
+class CalibratedLabelRanker(LabelRankerModule):
+    """``model=calibrated_label_ranking``: the calibrated linear sorting function learned online by
+    Algorithm 1 (``rankers.label_ranking.online.CalibratedPerceptron``), ``n_runs`` runs in one tensor.
+
+    Each pass streams the training batches in the loader's order; run 0 sees them as they come, the
+    other runs each see every batch in their own random order (seeded), so the runs differ while one
+    tensor program updates all of them. Prediction uses the runs' averaged weights, averaged.
+
+    Args:
+        epochs: passes over the training data.
+        n_runs: runs averaged into the hypothesis.
+        loss: ``auto`` (``hamming`` for multilabel data, ``kendall`` for top-label data), ``hamming``,
+            ``kendall``, ``footrule`` or ``constraints``.
+        pairs: ``all`` or ``adjacent`` constraints (``losses.calibrated.preference_pairs``).
+        average: averaged-perceptron hypothesis (else the last weights).
+        bias: append a constant feature (each label its own offset against the zero point).
+        seed: the runs' orders.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_features: int,
+        n_labels: int,
+        scaler: AffineScaler | None = None,
+        label_names: list[str] | None = None,
+        ranked: bool = False,
+        epochs: int = 7,
+        n_runs: int = 8,
+        loss: str = "auto",
+        pairs: str = "all",
+        average: bool = True,
+        bias: bool = True,
+        seed: int = 0,
+        monitor: str = "val/ranking_loss",
+    ) -> None:
+        super().__init__(
+            n_features=n_features,
+            n_labels=n_labels,
+            scaler=scaler,
+            label_names=label_names,
+            ranked=ranked,
+            epochs=epochs,
+            monitor=monitor,
+        )
+        self.save_hyperparameters(ignore=["scaler"])
+        self.automatic_optimization = False
+        online_loss = ("kendall" if ranked else "hamming") if loss == "auto" else loss
+        width = n_features + int(bias)
+        self.learner = CalibratedPerceptron(
+            width, n_labels, n_runs=n_runs, loss=online_loss, pairs=pairs, average=average
+        )
+        self.core = LinearLabelScorer(torch.zeros(n_labels, n_features), torch.zeros(n_labels))
+        self.generator = torch.Generator().manual_seed(seed)
+        self.online_loss_sum, self.online_count = 0.0, 0
+        # Lightning counts steps by optimizer steps (checkpoints, logging): a no-op optimizer marks each batch
+        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
+
+    def _design(self, features: Tensor) -> Tensor:
+        x = self.scaler(features.float())
+        return torch.cat([x, torch.ones_like(x[:, :1])], 1) if self.hparams.bias else x
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        self.learner.to(self.device)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> None:
+        x, y = self._design(batch["features"]), batch["labels"].float()
+        n, runs = len(y), self.hparams.n_runs
+        orders = [torch.arange(n)] + [torch.randperm(n, generator=self.generator) for _ in range(runs - 1)]
+        order = torch.stack(orders).to(x.device)
+        online = self.learner.partial_fit(x[order], y[order])
+        self.optimizers().step()
+        self.online_loss_sum += float(online.mean(0).sum())
+        self.online_count += n
+        self.log(
+            "train/online_loss", self.online_loss_sum / self.online_count, on_step=True, prog_bar=True, batch_size=n
+        )
+
+    def on_train_epoch_end(self) -> None:
+        self._adopt_hypothesis()
+        super().on_train_epoch_end()
+
+    def _adopt_hypothesis(self) -> None:
+        """Copy the learner's combined hypothesis into ``core`` (what evaluation, checkpoints and export use)."""
+        weights = self.learner.hypothesis().to(self.core.weight.device)
+        f = self.hparams.n_features
+        self.core.weight.copy_(weights[:, :f])
+        self.core.bias.copy_(weights[:, f] if self.hparams.bias else torch.zeros_like(self.core.bias))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([self.step_marker], lr=0.0)
+
+    # the learner is not an nn.Module: carry its state in checkpoints (to resume a fit)
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["online_learner"] = self.learner.state()
+        checkpoint["label_ranking_generator"] = self.generator.get_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "online_learner" in checkpoint:
+            self.learner.load_state(checkpoint["online_learner"])
+            self.generator.set_state(checkpoint["label_ranking_generator"])
+
+
+class NeuralLabelRanker(LabelRankerModule):
+    """``model=calibrated_label_ranking_mlp``: an MLP with d outputs trained on the calibrated
+    constraint loss (``losses.calibrated_ranking_loss``) with AdamW; ``hidden=[]`` is the linear
+    calibrated sorting function trained by gradient.
+
+    Args:
+        hidden: hidden layer widths. dropout: on hidden layers. lr, weight_decay: AdamW's.
+        epochs: passes (without a validation split the last is kept; with one, early stopping on ``monitor``).
+        surrogate, margin, pairs, calibration: the loss's options.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_features: int,
+        n_labels: int,
+        scaler: AffineScaler | None = None,
+        label_names: list[str] | None = None,
+        ranked: bool = False,
+        hidden: list[int] | tuple[int, ...] = (256,),
+        dropout: float = 0.5,
+        lr: float = 0.003,
+        weight_decay: float = 0.1,
+        epochs: int = 25,
+        surrogate: str = "logistic",
+        margin: float = 0.0,
+        pairs: str = "all",
+        calibration: float = 1.0,
+        monitor: str = "val/ranking_loss",
+    ) -> None:
+        super().__init__(
+            n_features=n_features,
+            n_labels=n_labels,
+            scaler=scaler,
+            label_names=label_names,
+            ranked=ranked,
+            epochs=epochs,
+            monitor=monitor,
+        )
+        self.save_hyperparameters(ignore=["scaler"])
+        self.core = MLPLabelScorer(n_features, n_labels, hidden=list(hidden), dropout=dropout)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        h = self.hparams
+        loss = calibrated_ranking_loss(
+            self(batch["features"]),
+            batch["labels"],
+            surrogate=h.surrogate,
+            margin=h.margin,
+            pairs=h.pairs,
+            calibration=h.calibration,
+        )
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+class BinaryRelevanceRanker(LabelRankerModule):
+    """``model=binary_relevance``: one scikit-learn ``LogisticRegression`` per label on the scaled
+    features (the field's baseline), fitted once on the whole training split; its decision values are
+    the label scores, so the calibrated cut ``score > 0`` is ``P(relevant) > 1/2``.
+
+    Args: ``C``, ``max_iter``: LogisticRegression's.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_features: int,
+        n_labels: int,
+        scaler: AffineScaler | None = None,
+        label_names: list[str] | None = None,
+        ranked: bool = False,
+        C: float = 1.0,
+        max_iter: int = 1000,
+        monitor: str = "val/ranking_loss",
+    ) -> None:
+        super().__init__(
+            n_features=n_features,
+            n_labels=n_labels,
+            scaler=scaler,
+            label_names=label_names,
+            ranked=ranked,
+            epochs=1,
+            monitor=monitor,
+        )
+        self.save_hyperparameters(ignore=["scaler"])
+        self.automatic_optimization = False
+        self.core = LinearLabelScorer(torch.zeros(n_labels, n_features), torch.zeros(n_labels))
+        self.collected: list[tuple[Tensor, Tensor]] = []
+        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> None:
+        self.collected.append((self.scaler(batch["features"].float()).cpu(), batch["labels"].cpu()))
+        self.optimizers().step()
+
+    def on_train_epoch_end(self) -> None:
+        x = torch.cat([c[0] for c in self.collected]).numpy().astype(np.float64)
+        y = torch.cat([c[1] for c in self.collected]).numpy() > 0
+        self.collected = []
+        weight, bias = fit_binary_relevance(x, y, C=self.hparams.C, max_iter=self.hparams.max_iter)
+        self.core.weight.copy_(torch.from_numpy(weight))
+        self.core.bias.copy_(torch.from_numpy(bias))
+        super().on_train_epoch_end()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([self.step_marker], lr=0.0)
