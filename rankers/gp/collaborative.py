@@ -99,14 +99,14 @@ class Split:
 class ModelOptions:
     """EM and approximation settings shared by the four models (see the module docstring)."""
 
-    em_iters: int = 10
+    em_iters: int = 2
     approximation: str = "ep"  # ep | laplace
-    sigma_gaussian: float = 0.1  # the paper's initial sigma for GPR models
-    sigma_ordinal: float = 1.0  # ... and for GPOR models
-    ep_iters: int = 40
+    sigma_gaussian: float = 1.0  # initial sigma for GPR models (the paper: 0.1)
+    sigma_ordinal: float = 1.0  # ... and for GPOR models (the paper's)
+    ep_iters: int = 20
     ep_damping: float = 0.7
-    ep_tol: float = 1e-4
-    threshold_steps: int = 25
+    ep_tol: float = 1e-3
+    threshold_steps: int = 10
     fit_sigma: bool = True
     center_labels: bool = True
     prior_strength: float = 0.0  # kappa of the inverse-Wishart prior on Sigma (0 = the paper's eq. 3)
@@ -278,3 +278,130 @@ def errors(predictions: Tensor, labels: Tensor) -> tuple[float, float]:
     mae = (difference.sum(1)[has] / counts[has]).mean().item()
     zero_one = (wrong.sum(1)[has] / counts[has]).mean().item()
     return mae, zero_one
+
+
+# -- the experiment: Tables 1 and 2 ----------------------------------------------------------------
+
+
+def make_split(data, items: np.ndarray, n_train: int) -> Split:
+    """The split whose training items are ``items[:n_train]`` and test items the rest (``data`` a
+    :class:`datamodules.collaborative_ratings.CollaborativeRatings`)."""
+    train = items[:n_train]
+    cols = torch.from_numpy(data.kernel(items, train))
+    diag = torch.from_numpy(np.asarray(data.unit[items].multiply(data.unit[items]).sum(1)).ravel())
+    labels = torch.from_numpy(data.labels[:, items])
+    return Split(cols, diag, labels[:, :n_train], labels[:, n_train:], data.n_ranks)
+
+
+def table(
+    cfg: Any = None,
+    *,
+    data: Any = None,
+    train_sizes: tuple[int, ...] = (100, 200, 300, 400),
+    models: tuple[str, ...] = MODELS,
+    trials: int = 3,
+    seed: int = 0,
+    threads: int | None = None,
+    out_dir: str | Path | None = None,
+    **model_options: Any,
+) -> dict[str, Any]:
+    """Tables 1 and 2: MAE and zero-one error of each model at each training size, averaged over
+    ``trials`` random item splits (trial ``t``'s items permuted by ``default_rng([seed, t])``, the
+    first ``n`` for training). Writes ``results.json`` (``"table": {model: {n: {"mae", "zero_one",
+    ...}}}``), ``table.md`` and ``yu2005_cor.png`` into ``out_dir``."""
+    if cfg is not None:  # from train.py: the data group builds the ratings, options under `yu2005`
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        options = OmegaConf.to_container(cfg.yu2005, resolve=True)
+        return table(data=instantiate(cfg.data), **options, out_dir=cfg.paths.output_dir)
+    if threads:
+        torch.set_num_threads(threads)
+    options = ModelOptions(**model_options)
+    start = time.perf_counter()
+    largest = max(train_sizes)
+    if largest >= data.n_items:
+        raise ValueError(f"training size {largest} needs more than the {data.n_items} items the data has")
+    per_trial: dict[str, dict[int, list[tuple[float, float]]]] = {m: {n: [] for n in train_sizes} for m in models}
+    histories: dict[str, dict[int, list[dict]]] = {m: {n: [] for n in train_sizes} for m in models}
+    seconds = {m: 0.0 for m in models}
+    for trial in range(trials):
+        items = np.random.default_rng([seed, trial]).permutation(data.n_items)
+        for n in train_sizes:
+            split = make_split(data, items, n)
+            for model in models:
+                begin = time.perf_counter()
+                result = fit_predict(split, model, options)
+                seconds[model] += time.perf_counter() - begin
+                per_trial[model][n].append(errors(result.predictions, split.test_labels))
+                histories[model][n].append(result.history)
+                log.info("trial %d, %d items, %s: MAE %.4f, zero-one %.4f", trial, n, model, *per_trial[model][n][-1])
+    results_table = {
+        model: {
+            str(n): {
+                "mae": float(np.mean([v[0] for v in per_trial[model][n]])),
+                "zero_one": float(np.mean([v[1] for v in per_trial[model][n]])),
+                "mae_per_trial": [v[0] for v in per_trial[model][n]],
+                "zero_one_per_trial": [v[1] for v in per_trial[model][n]],
+                **({"paper": dict(zip(("mae", "zero_one"), PAPER[model][n], strict=True))} if n in PAPER[model] else {}),
+            }
+            for n in train_sizes
+        }
+        for model in models
+    }
+    total = time.perf_counter() - start
+    results = {
+        "table": results_table,
+        "setting": {"trials": trials, "seed": seed, "train_sizes": list(train_sizes), **options.__dict__},
+        "data": data.statistics,
+        "seconds": total,
+        "fit_seconds": seconds,
+        "history": histories,
+    }
+    text = format_table(results_table, train_sizes, models, trials, total)
+    print(text)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table.md").write_text(text)
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        plot_table(results_table, train_sizes, models, out / "yu2005_cor.png")
+    return results
+
+
+def format_table(results_table: dict, train_sizes, models, trials: int, seconds: float) -> str:
+    """Tables 1 and 2 as markdown (ours, the paper's EachMovie figure in brackets)."""
+    lines = [f"Mean over {trials} trials; {seconds:.0f} s in all.", ""]
+    for key, title in (("mae", "Mean absolute error"), ("zero_one", "Mean zero-one error")):
+        lines += [f"{title} (paper, EachMovie, in brackets)", "", "| training items | " + " | ".join(models) + " |"]
+        lines.append("|---" * (len(models) + 1) + "|")
+        for n in train_sizes:
+            cells = []
+            for model in models:
+                row = results_table[model][str(n)]
+                paper = row.get("paper", {}).get(key)
+                cells.append(f"{row[key]:.4f}" + (f" ({paper:.4f})" if paper is not None else ""))
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_table(results_table: dict, train_sizes, models, path: Path) -> None:
+    """MAE and zero-one error against the number of training items, one line per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in zip(axes, ("mae", "zero_one"), ("mean absolute error", "mean zero-one error"), strict=True):
+        for model in models:
+            values = [results_table[model][str(n)][key] for n in train_sizes]
+            ax.plot(train_sizes, values, marker="o", linestyle="--" if model.startswith("C") else "-", label=model)
+        ax.set_xlabel("training items")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    figure.suptitle("Collaborative ordinal regression (Yu, Yu & Tresp 2005, Tables 1-2)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
