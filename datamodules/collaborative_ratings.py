@@ -104,7 +104,8 @@ def build_collaborative_ratings(
     if len(items) < min_items:
         items = np.sort(np.argsort(-per_item, kind="stable")[:min_items])
         items = items[per_item[items] > 0]
-        items_rule = f"the {len(items)} most-rated items (only {int((per_item >= min_item_ratings).sum())} rated >= {min_item_ratings} times)"
+        passing = int((per_item >= min_item_ratings).sum())
+        items_rule = f"the {len(items)} most-rated items (only {passing} rated >= {min_item_ratings} times)"
         log.warning("%s: %s", path, items_rule)
     if len(items) < 2:
         raise RatingsFormatError(f"{path}: {len(items)} items left after the filters; nothing to rank")

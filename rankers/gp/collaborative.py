@@ -273,8 +273,9 @@ def errors(predictions: Tensor, labels: Tensor) -> tuple[float, float]:
     rated = labels >= 0
     counts = rated.sum(1)
     has = counts > 0
-    difference = torch.where(rated, (predictions - labels).abs().to(torch.float64), torch.zeros((), dtype=torch.float64))
-    wrong = torch.where(rated, (predictions != labels).to(torch.float64), torch.zeros((), dtype=torch.float64))
+    zero = torch.zeros((), dtype=torch.float64)
+    difference = torch.where(rated, (predictions - labels).abs().to(torch.float64), zero)
+    wrong = torch.where(rated, (predictions != labels).to(torch.float64), zero)
     mae = (difference.sum(1)[has] / counts[has]).mean().item()
     zero_one = (wrong.sum(1)[has] / counts[has]).mean().item()
     return mae, zero_one
@@ -343,7 +344,7 @@ def table(
                 "zero_one": float(np.mean([v[1] for v in per_trial[model][n]])),
                 "mae_per_trial": [v[0] for v in per_trial[model][n]],
                 "zero_one_per_trial": [v[1] for v in per_trial[model][n]],
-                **({"paper": dict(zip(("mae", "zero_one"), PAPER[model][n], strict=True))} if n in PAPER[model] else {}),
+                **_paper_cell(model, n),
             }
             for n in train_sizes
         }
@@ -367,6 +368,12 @@ def table(
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
         plot_table(results_table, train_sizes, models, out / "yu2005_cor.png")
     return results
+
+
+def _paper_cell(model: str, n: int) -> dict[str, Any]:
+    if n not in PAPER[model]:
+        return {}
+    return {"paper": dict(zip(("mae", "zero_one"), PAPER[model][n], strict=True))}
 
 
 def format_table(results_table: dict, train_sizes, models, trials: int, seconds: float) -> str:

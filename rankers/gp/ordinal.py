@@ -83,7 +83,10 @@ def log_ndtr_diff(upper: Tensor, lower: Tensor) -> Tensor:
     high = torch.where(flip, -lower, upper)
     low = torch.where(flip, -upper, lower)
     log_high = torch.special.log_ndtr(high)
-    return log_high + log1mexp(torch.special.log_ndtr(low) - log_high)
+    # an infinite lower end: Phi(low) = 0; kept out of the other branch so that no inf * 0 reaches a gradient
+    unbounded = torch.isinf(low)
+    low = torch.where(unbounded, torch.zeros_like(low), low)
+    return torch.where(unbounded, log_high, log_high + log1mexp(torch.special.log_ndtr(low) - log_high))
 
 
 def _edges(thresholds: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -92,6 +95,13 @@ def _edges(thresholds: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     edges = torch.cat([-infinity, thresholds, infinity], dim=1)  # [T, r+1]: b_0 .. b_r
     labels = labels.clamp(0, thresholds.shape[1])  # a padded slot's label is never used, keep it in range
     return edges.gather(1, labels + 1), edges.gather(1, labels)
+
+
+def _standardize(edge: Tensor, f: Tensor, scale: Tensor) -> Tensor:
+    """``(edge - f) / scale``, with an infinite pin kept out of the arithmetic (no inf * 0 in a gradient)."""
+    infinite = torch.isinf(edge)
+    z = (torch.where(infinite, torch.zeros_like(edge), edge) - f) / scale
+    return torch.where(infinite, edge, z)
 
 
 def ordinal_log_likelihood(f: Tensor, labels: Tensor, thresholds: Tensor, sigma: Tensor) -> Tensor:
@@ -106,7 +116,7 @@ def ordinal_log_likelihood(f: Tensor, labels: Tensor, thresholds: Tensor, sigma:
     """
     upper, lower = _edges(thresholds, labels)
     scale = sigma[:, None]
-    return log_ndtr_diff((upper - f) / scale, (lower - f) / scale)
+    return log_ndtr_diff(_standardize(upper, f, scale), _standardize(lower, f, scale))
 
 
 def ordinal_moments(
@@ -121,7 +131,7 @@ def ordinal_moments(
     """
     upper, lower = _edges(thresholds, labels)
     scale = torch.sqrt(sigma[:, None] ** 2 + var)
-    z_upper, z_lower = (upper - mean) / scale, (lower - mean) / scale
+    z_upper, z_lower = _standardize(upper, mean, scale), _standardize(lower, mean, scale)
     log_z = log_ndtr_diff(z_upper, z_lower)
     ratio_upper = torch.exp(-0.5 * z_upper**2 - LOG_SQRT_2PI - log_z)  # N(z) / Z, 0 at an infinite pin
     ratio_lower = torch.exp(-0.5 * z_lower**2 - LOG_SQRT_2PI - log_z)
