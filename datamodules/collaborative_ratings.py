@@ -139,9 +139,7 @@ def build_collaborative_ratings(
     means = np.bincount(f_user, weights=f_rating, minlength=len(features)) / np.maximum(
         np.bincount(f_user, minlength=len(features)), 1
     )
-    centered = sp.csr_matrix(
-        (f_rating - means[f_user], (item_of[f_rows], f_user)), shape=(len(items), len(features))
-    )
+    centered = sp.csr_matrix((f_rating - means[f_user], (item_of[f_rows], f_user)), shape=(len(items), len(features)))
     centered.eliminate_zeros()  # a constant feature user's column is all zeros now
     norms = np.sqrt(np.asarray(centered.multiply(centered).sum(1)).ravel())
     empty = np.flatnonzero(norms <= 1e-12)

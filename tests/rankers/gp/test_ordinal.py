@@ -76,9 +76,7 @@ def test_likelihood_gradients_match_finite_differences():
     assert torch.autograd.gradcheck(lambda *a: ordinal_log_likelihood(*a[:1], labels, *a[1:]), (f, pins, sigma))
     mean, var = f.detach(), torch.rand(2, 5, dtype=D) + 0.1
     valid = torch.ones(2, 5, dtype=torch.bool)
-    assert torch.autograd.gradcheck(
-        lambda p, s: expected_log_likelihood(mean, var, labels, valid, p, s), (pins, sigma)
-    )
+    assert torch.autograd.gradcheck(lambda p, s: expected_log_likelihood(mean, var, labels, valid, p, s), (pins, sigma))
 
 
 def test_expected_log_likelihood_matches_quadrature():
