@@ -99,7 +99,7 @@ class Split:
 class ModelOptions:
     """EM and approximation settings shared by the four models (see the module docstring)."""
 
-    em_iters: int = 2
+    em_iters: int = 1
     approximation: str = "ep"  # ep | laplace
     sigma_gaussian: float = 1.0  # initial sigma for GPR models (the paper: 0.1)
     sigma_ordinal: float = 1.0  # ... and for GPOR models (the paper's)
@@ -302,7 +302,7 @@ def table(
     models: tuple[str, ...] = MODELS,
     trials: int = 3,
     seed: int = 0,
-    threads: int | None = None,
+    threads: int | None = 1,
     out_dir: str | Path | None = None,
     **model_options: Any,
 ) -> dict[str, Any]:
