@@ -109,6 +109,7 @@ class ModelOptions:
     threshold_steps: int = 10
     fit_sigma: bool = True
     center_labels: bool = True
+    refit_pins: bool = True  # GPOR: one more pin/sigma M-step after the last E-step
     prior_strength: float = 0.0  # kappa of the inverse-Wishart prior on Sigma (0 = the paper's eq. 3)
 
 
@@ -231,6 +232,11 @@ def fit_predict(split: Split, model: str, options: ModelOptions | None = None) -
         else:
             posterior = site_posterior(kernel, prior_mean, *gaussian_sites(targets, valid, noise_var))
         if iteration == options.em_iters:
+            if ordinal and options.refit_pins:  # the pins for the final posterior (the prior moved since their M-step)
+                thresholds, sigma = fit_thresholds(
+                    posterior.mean, posterior.var, labels, valid, thresholds, sigma, steps=options.threshold_steps,
+                    fit_sigma=options.fit_sigma,
+                )  # fmt: skip
             break  # the last E-step gives the posterior used to predict
         if ordinal:  # M-step: theta
             thresholds, sigma = fit_thresholds(
