@@ -1,6 +1,9 @@
 """Gaussian-process rankers: covariance functions, the semi-supervised (graph-deformed) prior,
-Chu & Ghahramani's preference GP (Laplace) and its active learning. See docs/gp.md."""
+Chu & Ghahramani's preference GP (Laplace, EP) and its active learning; Yu, Yu & Tresp's collaborative
+ordinal regression (the ordinal probit with EP and Laplace, GPR, and the EM that learns a shared prior:
+CGPR, CGPOR). See docs/gp.md."""
 
+from rankers.gp.collaborative import MODELS, ModelOptions, Split, errors, fit_predict
 from rankers.gp.kernels import (
     JITTER_LADDER,
     NotPositiveDefiniteError,
@@ -10,6 +13,16 @@ from rankers.gp.kernels import (
     knn_laplacian,
     rbf,
     squared_distances,
+)
+from rankers.gp.ordinal import (
+    IndefiniteKernelError,
+    check_kernel,
+    ep_ordinal,
+    laplace_ordinal,
+    ordinal_log_likelihood,
+    ordinal_moments,
+    predict_ordinal,
+    site_posterior,
 )
 from rankers.gp.preference import (
     InconsistentPairsError,
@@ -28,23 +41,36 @@ from rankers.gp.preference import (
 
 __all__ = [
     "JITTER_LADDER",
+    "MODELS",
     "InconsistentPairsError",
+    "IndefiniteKernelError",
     "LaplaceState",
+    "ModelOptions",
     "NotPositiveDefiniteError",
     "SemiSupervisedKernel",
+    "Split",
+    "check_kernel",
     "check_pairs",
     "cholesky_jitter",
     "deformation",
+    "ep_ordinal",
     "ep_posterior",
+    "errors",
     "fit",
     "fit_hyperparameters",
+    "fit_predict",
     "knn_laplacian",
     "laplace_mode",
+    "laplace_ordinal",
     "log_evidence",
+    "ordinal_log_likelihood",
+    "ordinal_moments",
     "pair_gram",
     "pair_probability",
     "posterior_latent",
+    "predict_ordinal",
     "predict_pairs",
     "rbf",
+    "site_posterior",
     "squared_distances",
 ]
