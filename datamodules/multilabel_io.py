@@ -124,6 +124,10 @@ def read_arff(
     except arff.ArffException as error:
         line = getattr(error, "line", None)
         raise MultilabelFormatError(f"{path}:{line if line and line > 0 else '?'}: {_arff_problem(error)}") from None
+    except (ValueError, IndexError, KeyError, TypeError) as error:
+        # liac-arff lets some malformed headers through as bare exceptions (an ``@relation`` followed
+        # by a tab splits on nothing): still the file's fault, so say which file and what
+        raise MultilabelFormatError(f"{path}: not a readable ARFF file ({type(error).__name__}: {error})") from None
     attributes: list[tuple[str, object]] = parsed["attributes"]
     rows: list[list] = parsed["data"]
     if not rows:

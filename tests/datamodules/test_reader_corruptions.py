@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from datamodules.errors import DataError
 from datamodules.letor_io import read_letor
+from datamodules.multilabel_io import read_arff, read_svmlight_multilabel
 from datamodules.ratings_io import read_ratings
 
 
@@ -98,3 +99,57 @@ def test_a_corrupted_ratings_file_reads_whole_or_is_refused_by_name(tmp_path, da
         # a repeated line is a counted duplicate, a header line is reported as one: nothing else vanishes
         assert len(table) + table.duplicates_dropped + (table.statistics["header"] is not None) == data_lines(data)
         assert np.isfinite(table.ratings).all()
+
+
+def arff_file(draw) -> bytes:
+    """A dense MULAN ARFF file: two 0/1 labels around numeric features."""
+    n_features = draw(st.integers(1, 3))
+    header = ["@relation r", "@attribute L1 {0,1}"]
+    header += [f"@attribute x{j} numeric" for j in range(n_features)] + ["@attribute L2 {0,1}", "@data"]
+    rows = []
+    for _ in range(draw(st.integers(1, 4))):
+        values = draw(
+            st.lists(st.floats(-5, 5, width=32, allow_subnormal=False), min_size=n_features, max_size=n_features)
+        )
+        rows.append(",".join([str(draw(st.integers(0, 1))), *map(repr, values), str(draw(st.integers(0, 1)))]))
+    return ("\n".join(header + rows) + "\n").encode()
+
+
+def svmlight_multilabel_file(draw) -> bytes:
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        labels = ",".join(map(str, sorted(draw(st.sets(st.integers(0, 3), max_size=3)))))
+        values = draw(st.lists(st.floats(-5, 5, width=32, allow_subnormal=False), min_size=1, max_size=3))
+        lines.append(f"{labels} " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(values)))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def arff_data_rows(data: bytes) -> int:
+    """Data lines after ``@data`` (ARFF comments start with %)."""
+    text = data.removeprefix(b"\xef\xbb\xbf").replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    after = text.lower().split(b"@data", 1)[-1].split(b"\n")[1:]
+    return sum(1 for line in after if line.strip() and not line.strip().startswith(b"%"))
+
+
+@SETTINGS
+@given(data=corrupted(arff_file))
+def test_a_corrupted_arff_file_reads_whole_or_is_refused_by_name(tmp_path, data):
+    path = tmp_path / "corrupt.arff"
+    path.write_bytes(data)
+    read = outcome(path, lambda p: read_arff(p, labels=["L1", "L2"]))
+    if read is not None:
+        assert len(read.labels) == arff_data_rows(data)  # every data row is an instance
+        assert set(np.unique(read.labels).tolist()) <= {0.0, 1.0}
+        assert np.isfinite(read.features).all()
+
+
+@SETTINGS
+@given(data=corrupted(svmlight_multilabel_file))
+def test_a_corrupted_svmlight_multilabel_file_reads_whole_or_is_refused_by_name(tmp_path, data):
+    path = tmp_path / "corrupt.svm"
+    path.write_bytes(data)
+    read = outcome(path, read_svmlight_multilabel)
+    if read is not None:
+        read_data, _ = read
+        assert len(read_data.labels) == data_lines(data)  # every line is an instance
+        assert np.isfinite(read_data.features).all()
