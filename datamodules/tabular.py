@@ -34,8 +34,13 @@ def read_numeric_table(path: str | Path) -> tuple[np.ndarray, np.ndarray, list[s
     path = Path(path)
     if not path.is_file():
         raise TableFormatError(f"{path}: no such file")
-    with path.open(newline="") as handle:
-        lines = list(csv.reader(handle))
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a BOM is not part of a cell
+            lines = list(csv.reader(handle))
+    except UnicodeDecodeError as error:
+        raise TableFormatError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except csv.Error as error:  # e.g. a NUL byte
+        raise TableFormatError(f"{path}: not a CSV table ({error})") from None
     if not lines:
         raise TableFormatError(f"{path}: empty file")
     first = 0

@@ -16,6 +16,7 @@ from datamodules.errors import DataError
 from datamodules.letor_io import read_letor
 from datamodules.multilabel_io import read_arff, read_svmlight_multilabel
 from datamodules.ratings_io import read_ratings
+from datamodules.tabular import read_numeric_table
 
 
 def letor_file(draw) -> bytes:
@@ -153,3 +154,26 @@ def test_a_corrupted_svmlight_multilabel_file_reads_whole_or_is_refused_by_name(
         read_data, _ = read
         assert len(read_data.labels) == data_lines(data)  # every line is an instance
         assert np.isfinite(read_data.features).all()
+
+
+def numeric_table_file(draw) -> bytes:
+    """scikit-learn's CSV form: a count line, the column names, rows of numbers (last: the target)."""
+    n_columns = draw(st.integers(2, 4))
+    rows = draw(
+        st.lists(st.lists(st.integers(-99, 99), min_size=n_columns, max_size=n_columns), min_size=1, max_size=4)
+    )
+    lines = [f"{len(rows)},{n_columns - 1}", ",".join(f"c{j}" for j in range(n_columns))]
+    lines += [",".join(map(str, row)) for row in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@SETTINGS
+@given(data=corrupted(numeric_table_file))
+def test_a_corrupted_numeric_table_reads_whole_or_is_refused_by_name(tmp_path, data):
+    path = tmp_path / "corrupt.csv"
+    path.write_bytes(data)
+    read = outcome(path, read_numeric_table)
+    if read is not None:
+        features, target, _ = read
+        assert len(target) == len(features) >= 1
+        assert np.isfinite(features).all() and np.isfinite(target).all()
