@@ -7,7 +7,7 @@ import torch.distributed as dist
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
-import rankers.pipeline  # noqa: F401  (registers the config resolvers)
+import rankers.resolvers  # noqa: F401  (registers the config resolvers; the pipeline loads with its entry)
 from datamodules.errors import DataError
 from rankers.quiet import quiet_third_party
 

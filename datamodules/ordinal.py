@@ -6,7 +6,6 @@ Batches are ``{"features": [B, d], "labels": [B]}`` (0-based ranks), taken from 
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import pytorch_lightning as pl
@@ -14,41 +13,20 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from datamodules.batching import StreamBatch
+from datamodules.harrington_data import HARRINGTON_CUTS, harrington_synthetic, polynomial_features
 from datamodules.normalization import FeatureNormalizer
 from datamodules.ratings_io import RatingScale, RatingsFormatError, read_ratings
 
-__all__ = ["RatingsDataModule", "RatingsFormatError", "read_ratings"]
+__all__ = [
+    "HARRINGTON_CUTS",
+    "RatingsDataModule",
+    "RatingsFormatError",
+    "harrington_synthetic",
+    "polynomial_features",
+    "read_ratings",
+]
 
 log = logging.getLogger(__name__)
-
-# Harrington (2003), section 4.1: c = (-inf, -1, -0.1, 0.25, 1), ranks 1..5
-HARRINGTON_CUTS = (-1.0, -0.1, 0.25, 1.0)
-
-
-def harrington_synthetic(n: int, generator: torch.Generator, *, noise: float = 0.125) -> tuple:
-    """``x`` uniform on the unit square ``[n, 2]``.
-
-    ``y = max{r : 10(x1-.5)(x2-.5) + noise > c_r}``, 0-based ``[n]``.
-    """
-    x = torch.rand(n, 2, generator=generator, dtype=torch.float64)
-    value = 10 * (x[:, 0] - 0.5) * (x[:, 1] - 0.5) + noise * torch.randn(n, generator=generator, dtype=torch.float64)
-    y = torch.bucketize(value, torch.tensor(HARRINGTON_CUTS, dtype=torch.float64), right=False)
-    return x.float(), y.long()
-
-
-def polynomial_features(x: torch.Tensor, degree: int = 2) -> torch.Tensor:
-    """Explicit feature map of the kernel ``(x . x' + 1)^degree`` (degree 1 or 2): ``phi(x).phi(x') = K``.
-
-    For degree 2 and ``d`` inputs: ``x_i^2``, ``sqrt(2) x_i x_j`` (i < j), ``sqrt(2) x_i``, ``1``.
-    """
-    if degree == 1:
-        return torch.cat([x, torch.ones_like(x[..., :1])], -1)
-    if degree != 2:
-        raise ValueError(f"degree must be 1 or 2, got {degree}")
-    d = x.shape[-1]
-    i, j = torch.triu_indices(d, d, offset=1)
-    cross = math.sqrt(2) * x[..., i] * x[..., j]
-    return torch.cat([x.square(), cross, math.sqrt(2) * x, torch.ones_like(x[..., :1])], -1)
 
 
 def refuse_nothing_to_learn(features: torch.Tensor, ranks: torch.Tensor, *, source: str, hint: str = "") -> None:

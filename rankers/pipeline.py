@@ -20,24 +20,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from metrics import monitor_mode, ranking_metrics
+from metrics import ranking_metrics
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
 from rankers.report import write_report
+from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
 
 log = logging.getLogger(__name__)
 
 RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
-
-# conf/callbacks: `mode: ${monitor_mode:${model.monitor}}`, the direction the metric declares
-OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
-
-
-def first_given(*values: Any) -> Any:
-    """The first value that is not null (conf/model/pairwise_perceptron.yaml: `variant=` or the model's own)."""
-    return next((value for value in values if value is not None), None)
-
-
-OmegaConf.register_new_resolver("first_given", first_given, replace=True)
 
 
 def _refuse_unused_variant(cfg: DictConfig) -> None:

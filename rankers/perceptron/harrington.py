@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from datamodules.ordinal import harrington_synthetic, polynomial_features
+from datamodules.harrington_data import harrington_synthetic, polynomial_features
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from rankers.plots import paper_table_plot
 
