@@ -33,6 +33,7 @@ from rankers.boosting.rankboost import (
     weak_outputs,
 )
 from rankers.export import export_scorer
+from rankers.threads import CpuThreads
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def _normalize_queries(normalizer: FeatureNormalizer, features: Tensor, offsets:
 METRIC_FUNCTIONS = {"ndcg": ndcg}
 
 
-class RankBoostModule(pl.LightningModule):
+class RankBoostModule(CpuThreads, pl.LightningModule):
     """RankBoost.B trained under ``train.py``: ``rounds_per_epoch`` boosting rounds per epoch.
 
     The training documents are taken once, whole (never list-sampled), from the trainer's training
@@ -297,24 +298,6 @@ class RankBoostModule(pl.LightningModule):
         return _EvalSet(
             torch.cat(feats), None if unranked[0] is None else torch.cat(unranked), rows_t, cols_t, padded_labels, mask
         )
-
-    def setup(self, stage: str) -> None:
-        """On CPU, run the stage with ``cpu_threads`` torch threads (restored in ``teardown``).
-
-        A round is a few dozen small ops: splitting each over threads costs more than it saves, and
-        on a machine whose cores are busy the threads' waits multiply the fit time (10x seen on 2
-        shared cores).
-        """
-        count = self.hparams.cpu_threads
-        if count is not None and self.trainer.strategy.root_device.type == "cpu":
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(count)
-
-    def teardown(self, stage: str) -> None:
-        previous = getattr(self, "_threads_before", None)
-        if previous is not None:
-            torch.set_num_threads(previous)
-            self._threads_before = None
 
     def on_fit_start(self) -> None:
         if self.trainer.world_size > 1:

@@ -29,6 +29,7 @@ from metrics import ranking_metrics
 from rankers.export import export_scorer
 from rankers.gp.kernels import deformation, knn_laplacian, rbf
 from rankers.gp.preference import check_pairs, fit, fit_hyperparameters, scatter_pairs
+from rankers.threads import CpuThreads
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def within_query_pairs(labels: Tensor) -> tuple[Tensor, Tensor]:
     return torch.nonzero(labels[:, None] > labels[None, :], as_tuple=True)
 
 
-class GPPreferenceModule(pl.LightningModule):
+class GPPreferenceModule(CpuThreads, pl.LightningModule):
     """Chu & Ghahramani's preference GP, fit once at the start of training (no gradient epochs).
 
     Args:
@@ -269,18 +270,6 @@ class GPPreferenceModule(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD([self.step_marker], lr=0.0)
-
-    def setup(self, stage: str) -> None:
-        count = self.hparams.cpu_threads
-        if count is not None and self.trainer.strategy.root_device.type == "cpu":
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(count)
-
-    def teardown(self, stage: str) -> None:
-        previous = getattr(self, "_threads_before", None)
-        if previous is not None:
-            torch.set_num_threads(previous)
-            self._threads_before = None
 
     # -- evaluation -----------------------------------------------------------------------------------
     def _evaluate(self, batch: Any, stage: str) -> None:

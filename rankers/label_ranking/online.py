@@ -24,8 +24,7 @@ Loss choices (``loss=``), computed on the projection of the prediction:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Literal
 
 import torch
@@ -33,6 +32,7 @@ from torch import Tensor
 
 from losses.calibrated import Pairs, calibration_signs, preference_pairs
 from metrics.label_ranking import footrule_distance, hamming_loss, kendall_tau_distance
+from rankers.threads import torch_threads
 
 OnlineLoss = Literal["hamming", "kendall", "footrule", "constraints"]
 LOSSES = ("hamming", "kendall", "footrule", "constraints")
@@ -214,20 +214,11 @@ class CalibratedPerceptron:
         return features.to(self.device, torch.float32) @ self.hypothesis().T
 
 
-@contextmanager
-def _one_thread(device: torch.device) -> Iterator[None]:
+def _one_thread(device: torch.device) -> AbstractContextManager[None]:
     """One intra-op thread on CPU for the stream: its ops are on [R, d, d] and [R, d, F] tensors,
     far too small to share, and threads that wait for each other at every op cost 30-100x on a busy
     machine (measured: 0.3 ms a step with one thread, 10-27 ms with two, 2 cores under load)."""
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return torch_threads(1 if device.type == "cpu" else None)
 
 
 @torch.jit.script

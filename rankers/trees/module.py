@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from datamodules.normalization import FeatureNormalizer
 from metrics import ranking_metrics
 from rankers.export import export_scorer
+from rankers.threads import CpuThreads
 from rankers.trees.forest import (
     BOOTSTRAPS,
     SPLITTERS,
@@ -51,7 +52,7 @@ def _training_arrays(loader: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return as_numpy[0].astype(np.float32), as_numpy[1].astype(np.float64), as_numpy[2].astype(np.int64)
 
 
-class RandomForestModule(pl.LightningModule):
+class RandomForestModule(CpuThreads, pl.LightningModule):
     """A random forest ranker (RankLib's RandomForests at its defaults) trained under ``train.py``.
 
     The forest is grown once, by scikit-learn on the CPU, at the start of the fit from every document
@@ -194,19 +195,6 @@ class RandomForestModule(pl.LightningModule):
         }
 
     # -- Lightning ------------------------------------------------------------------------------
-    def setup(self, stage: str) -> None:
-        """On CPU, run the stage with ``cpu_threads`` torch threads (restored in ``teardown``)."""
-        count = self.hparams.cpu_threads
-        if count is not None and self.trainer.strategy.root_device.type == "cpu":
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(count)
-
-    def teardown(self, stage: str) -> None:
-        previous = getattr(self, "_threads_before", None)
-        if previous is not None:
-            torch.set_num_threads(previous)
-            self._threads_before = None
-
     def on_train_start(self) -> None:
         if int(self.n_fitted) > 0:  # resumed from a checkpoint of a finished fit
             return
