@@ -43,7 +43,7 @@ def export_scorer(
     paths = {"torchscript": str(out / "scorer.pt"), "onnx": str(out / "scorer.onnx"), "meta": str(out / "meta.json")}
     with torch.no_grad():
         torch.jit.save(torch.jit.script(module), paths["torchscript"])
-        _export_onnx(module, example, paths["onnx"])
+        export_onnx(module, example, paths["onnx"])
     meta = {
         "n_features": n_features,
         "normalization": normalizer.kind,
@@ -54,11 +54,12 @@ def export_scorer(
     return paths
 
 
-def _export_onnx(module: nn.Module, example: Tensor, path: str) -> None:
+def export_onnx(module: nn.Module, example: Tensor, path: str, *, rows: str = "documents") -> None:
+    """ONNX of ``module``: input ``features [rows, F]`` (``rows`` dynamic, named as given), output ``scores``."""
     quiet_third_party()  # the exporter's torchvision notices and torch's LeafSpec deprecation
     for name in ("onnx_ir", "onnxscript", "torch.onnx"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    documents = torch.export.Dim("documents", min=1, max=1 << 20)
+    documents = torch.export.Dim(rows, min=1, max=1 << 20)
     torch.onnx.export(
         module,
         (example,),

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from datamodules.multilabel import AffineScaler
-from rankers.quiet import quiet_third_party
+from rankers.export import export_onnx
 
 
 class LinearLabelScorer(nn.Module):
@@ -72,7 +71,7 @@ def export_label_scorer(
     paths = {"torchscript": str(out / "scorer.pt"), "onnx": str(out / "scorer.onnx"), "meta": str(out / "meta.json")}
     with torch.no_grad():
         torch.jit.save(torch.jit.script(module), paths["torchscript"])
-        _export_onnx(module, torch.randn(7, n_features), paths["onnx"])
+        export_onnx(module, torch.randn(7, n_features), paths["onnx"], rows="instances")
     meta = {
         "kind": "label_ranking",
         "n_features": n_features,
@@ -83,21 +82,3 @@ def export_label_scorer(
     }
     Path(paths["meta"]).write_text(json.dumps(meta, indent=1))
     return paths
-
-
-def _export_onnx(module: nn.Module, example: Tensor, path: str) -> None:
-    quiet_third_party()
-    for name in ("onnx_ir", "onnxscript", "torch.onnx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    instances = torch.export.Dim("instances", min=1, max=1 << 20)
-    torch.onnx.export(
-        module,
-        (example,),
-        path,
-        input_names=["features"],
-        output_names=["scores"],
-        dynamic_shapes={"features": {0: instances}},
-        dynamo=True,
-        external_data=False,
-        verbose=False,
-    )
