@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from datamodules.errors import DataError
@@ -134,6 +134,8 @@ def arff_data_rows(data: bytes) -> int:
 
 @SETTINGS
 @given(data=corrupted(arff_file))
+# liac-arff raised a bare ValueError on a tab after @relation (found by this test)
+@example(data=b"@relation\tr\n@attribute L1 {0,1}\n@attribute x0 numeric\n@attribute L2 {0,1}\n@data\n0,0.0,0\n")
 def test_a_corrupted_arff_file_reads_whole_or_is_refused_by_name(tmp_path, data):
     path = tmp_path / "corrupt.arff"
     path.write_bytes(data)
@@ -169,6 +171,9 @@ def numeric_table_file(draw) -> bytes:
 
 @SETTINGS
 @given(data=corrupted(numeric_table_file))
+# non-UTF-8 and NUL bytes were a bare UnicodeDecodeError / csv.Error (found by this test)
+@example(data=b"\xff,1\nc0,c1\n0,0\n")
+@example(data=b"2,1\nc0,c1\n0,\x001\n1,2\n")
 def test_a_corrupted_numeric_table_reads_whole_or_is_refused_by_name(tmp_path, data):
     path = tmp_path / "corrupt.csv"
     path.write_bytes(data)
