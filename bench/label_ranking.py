@@ -8,8 +8,9 @@ With ``--cv K`` the test files are not read: each model is cross-validated on ea
 (``--override data.scaling=zscore`` checks the scaling).
 
 Each ``--data TRAIN TEST LABELS`` (LABELS: MULAN's XML, or k for the last k attributes) is run through
-``train.py``'s pipeline with every model at its defaults (``model=calibrated_label_ranking``,
-``calibrated_label_ranking_mlp``, ``binary_relevance``), plus scikit-multilearn's ML-kNN (k=10) on the
+``train.py``'s pipeline with every model at its defaults (``model=calibrated_label_ranking``, the
+same with ``model.share=1`` (Algorithm 1 alone), ``calibrated_label_ranking_mlp``, ``binary_relevance``;
+``--models`` takes configs, each optionally followed by ``:`` and comma-separated overrides), plus scikit-multilearn's ML-kNN (k=10) on the
 same scaled arrays when it is installed. Prints one table per set (test metrics, fit seconds, and
 each model's ratio to binary relevance), the mean over sets, and draws the ranking and Hamming losses.
 """
@@ -34,8 +35,10 @@ from metrics.label_ranking import LABEL_RANKING_METRICS
 from rankers.label_ranking.baselines import mlknn_scores
 from rankers.pipeline import compose_config, train
 
+# a model: its config, then ":" and comma-separated overrides of it where it has some
 MODELS = {
-    "calibrated (Alg. 1)": "calibrated_label_ranking",
+    "calibrated (default)": "calibrated_label_ranking",
+    "Algorithm 1 alone": "calibrated_label_ranking:model.share=1",
     "calibrated MLP": "calibrated_label_ranking_mlp",
     "binary relevance (LR)": "binary_relevance",
 }
@@ -49,10 +52,12 @@ def data_overrides(train_path: str, test_path: str, labels: str) -> list[str]:
 
 
 def run_model(model: str, overrides: list[str], out: Path, seed: int) -> dict:
+    config, _, options = model.partition(":")
+    own = [option for option in options.split(",") if option]
     cfg = compose_config(
-        [f"model={model}", *overrides, f"seed={seed}", "~logger", "~callbacks.progress_bar",
+        [f"model={config}", *own, *overrides, f"seed={seed}", "~logger", "~callbacks.progress_bar",
          "+trainer.enable_progress_bar=false", "export=false"],
-        output_dir=out / model,
+        output_dir=out / model.replace(":", "_").replace(",", "_").replace("=", "-"),
     )  # fmt: skip
     results = train(cfg)
     return {**results["test"], "fit_seconds": results["fit_seconds"]}

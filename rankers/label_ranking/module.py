@@ -10,6 +10,7 @@ scores out, the calibrated cut at 0.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,14 @@ from datamodules.multilabel import AffineScaler
 from losses.calibrated import calibrated_ranking_loss
 from metrics.label_ranking import LABEL_RANKING_METRICS, TOP_LABEL_METRICS
 from rankers.label_ranking.baselines import fit_binary_relevance
+from rankers.label_ranking.blend import blend, choose_share
 from rankers.label_ranking.export import LinearLabelScorer, MLPLabelScorer, export_label_scorer
 from rankers.label_ranking.online import CalibratedPerceptron
 from rankers.neural.module import PassLimit
 
 Batch = dict[str, Tensor]
+# Algorithm 1's shares that share="cv" tries (beside 0); docs/label_ranking.md has the measurement
+DEFAULT_SHARES = (0.1, 0.2, 0.3, 0.5)
 
 
 class LabelRankerModule(PassLimit, pl.LightningModule):
@@ -95,6 +99,13 @@ class CalibratedLabelRanker(LabelRankerModule):
     other runs each see every batch in their own random order (seeded), so the runs differ while one
     tensor program updates all of them. Prediction uses the runs' averaged weights, averaged.
 
+    On multilabel data the hypothesis is then blended with the calibration constraints' logistic
+    solution (``rankers.label_ranking.blend``): ``share`` of Algorithm 1, the rest binary relevance,
+    both calibrated linear sorting functions, so the blend is one too. ``share="cv"`` picks it from
+    ``shares`` by ``share_folds``-fold cross-validation on the training split (0 when no share beats
+    the logistic part on both ranking and Hamming loss); top-label data uses Algorithm 1 alone (the
+    logistic part cannot see the order of the relevant labels).
+
     Args:
         epochs: passes over the training data.
         n_runs: runs averaged into the hypothesis.
@@ -104,6 +115,10 @@ class CalibratedLabelRanker(LabelRankerModule):
         average: averaged-perceptron hypothesis (else the last weights).
         bias: append a constant feature (each label its own offset against the zero point).
         seed: the runs' orders.
+        share: Algorithm 1's share of the blend (1: Algorithm 1 alone), or ``"cv"``.
+        shares: the candidates ``"cv"`` chooses from (0 is always one).
+        share_folds: folds of that cross-validation.
+        C: the logistic part's inverse regularization (scikit-learn's ``LogisticRegression``).
     """
 
     def __init__(
@@ -121,6 +136,10 @@ class CalibratedLabelRanker(LabelRankerModule):
         average: bool = True,
         bias: bool = True,
         seed: int = 0,
+        share: float | str = "cv",
+        shares: list[float] | None = None,
+        share_folds: int = 3,
+        C: float = 1.0,
         monitor: str = "val/ranking_loss",
     ) -> None:
         super().__init__(
@@ -134,6 +153,14 @@ class CalibratedLabelRanker(LabelRankerModule):
         )
         self.save_hyperparameters(ignore=["scaler"])
         self.automatic_optimization = False
+        if share != "cv" and not 0.0 <= float(share) <= 1.0:
+            raise ValueError(f"model.share must be 'cv' or in [0, 1], got {share!r}")
+        # top-label data: the logistic part sees relevance only, not the order Algorithm 1 learns
+        self.blends = not ranked and share != 1
+        self.logistic: tuple[np.ndarray, np.ndarray] | None = None
+        self.chosen_share: float | None = None if share == "cv" else float(share)
+        self.collected: list[tuple[Tensor, Tensor]] = []
+        self.share_table: dict[float, list[float]] = {}
         online_loss = ("kendall" if ranked else "hamming") if loss == "auto" else loss
         width = n_features + int(bias)
         self.learner = CalibratedPerceptron(
@@ -155,6 +182,8 @@ class CalibratedLabelRanker(LabelRankerModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> None:
         x, y = self._design(batch["features"]), batch["labels"].float()
+        if self.blends and self.logistic is None:  # the first pass keeps the split for the logistic part
+            self.collected.append((self.scaler(batch["features"].float()).cpu(), y.cpu()))
         n, runs = len(y), self.hparams.n_runs
         orders = [torch.arange(n)] + [torch.randperm(n, generator=self.generator) for _ in range(runs - 1)]
         order = torch.stack(orders).to(x.device)
@@ -171,24 +200,66 @@ class CalibratedLabelRanker(LabelRankerModule):
         super().on_train_epoch_end()
 
     def _adopt_hypothesis(self) -> None:
-        """Copy the learner's combined hypothesis into ``core`` (what evaluation, checkpoints and export use)."""
+        """Copy the learner's combined hypothesis, blended when it is, into ``core`` (what evaluation,
+        checkpoints and export use)."""
         weights = self.learner.hypothesis().to(self.core.weight.device)
         f = self.hparams.n_features
-        self.core.weight.copy_(weights[:, :f])
-        self.core.bias.copy_(weights[:, f] if self.hparams.bias else torch.zeros_like(self.core.bias))
+        weight = weights[:, :f]
+        bias = weights[:, f] if self.hparams.bias else torch.zeros_like(self.core.bias)
+        if self.blends:
+            weight, bias = self._blended(weight, bias)
+        self.core.weight.copy_(weight)
+        self.core.bias.copy_(bias)
+
+    def _blended(self, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+        x = torch.cat([c[0] for c in self.collected]).numpy().astype(np.float64)
+        y = torch.cat([c[1] for c in self.collected]).numpy()
+        if self.logistic is None:
+            self.logistic = fit_binary_relevance(x, y > 0, C=self.hparams.C)
+        if self.chosen_share is None:
+            online = {"epochs": self.passes, "n_runs": self.hparams.n_runs, "loss": self.learner.loss}
+            self.chosen_share, table = choose_share(
+                x,
+                y,
+                self.hparams.shares or DEFAULT_SHARES,
+                folds=self.hparams.share_folds,
+                seed=self.hparams.seed,
+                C=self.hparams.C,
+                online=online,
+            )
+            self.share_table = table
+        online = (weight.double().cpu().numpy(), bias.double().cpu().numpy())
+        mixed_weight, mixed_bias = blend(self.logistic, online, x, self.chosen_share)
+        self.log("train/share", self.chosen_share)
+        as_tensor = partial(torch.as_tensor, dtype=torch.float32, device=self.core.weight.device)
+        return as_tensor(mixed_weight), as_tensor(mixed_bias)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD([self.step_marker], lr=0.0)
+
+    def extra_results(self, out_dir: str | Path) -> dict[str, Any]:
+        """results.json's ``blend``: Algorithm 1's share and, when chosen by CV, each share's mean
+        ``[ranking loss, Hamming loss]`` over the folds."""
+        if not self.blends:
+            return {"blend": {"share": 1.0}}
+        return {"blend": {"share": self.chosen_share, "cv": {str(k): v for k, v in self.share_table.items()}}}
 
     # the learner is not an nn.Module: carry its state in checkpoints (to resume a fit)
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["online_learner"] = self.learner.state()
         checkpoint["label_ranking_generator"] = self.generator.get_state()
+        logistic = None if self.logistic is None else [torch.from_numpy(part) for part in self.logistic]
+        checkpoint["label_ranking_blend"] = {"logistic": logistic, "share": self.chosen_share, "data": self.collected}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "online_learner" in checkpoint:
             self.learner.load_state(checkpoint["online_learner"])
             self.generator.set_state(checkpoint["label_ranking_generator"])
+        if "label_ranking_blend" in checkpoint:
+            saved = checkpoint["label_ranking_blend"]
+            logistic = saved["logistic"]
+            self.logistic = None if logistic is None else tuple(part.numpy() for part in logistic)
+            self.chosen_share, self.collected = saved["share"], saved["data"]
 
 
 class NeuralLabelRanker(LabelRankerModule):

@@ -81,3 +81,26 @@ def test_a_bad_file_is_a_data_error_naming_file_and_line(tmp_path):
     bad.write_text("@relation r\n@attribute x numeric\n@attribute L {0,1}\n@data\n1,0\n2,7\n")
     with pytest.raises(DataError, match=r"bad.arff:6: "):
         run(tmp_path, "model=calibrated_label_ranking", "data=multilabel", f"data.train={bad}", "data.n_labels=1")
+
+
+def _multilabel_files(tmp_path: Path) -> list[str]:
+    """A planted multilabel problem in SVMlight multilabel files (train, test)."""
+    from sklearn.datasets import dump_svmlight_file, make_multilabel_classification
+
+    x, y = make_multilabel_classification(n_samples=500, n_features=12, n_classes=5, random_state=3)
+    for name, rows in (("train.svm", slice(0, 350)), ("test.svm", slice(350, None))):
+        dump_svmlight_file(x[rows], y[rows], str(tmp_path / name), multilabel=True, zero_based=False)
+    return ["data=multilabel", f"data.train={tmp_path / 'train.svm'}", f"data.test={tmp_path / 'test.svm'}"]
+
+
+def test_share_zero_is_binary_relevance_and_cv_reports_its_choice(tmp_path):
+    data = _multilabel_files(tmp_path)
+    relevance = run(tmp_path / "br", "model=binary_relevance", *data, *FAST, "export=false")
+    blended = run(tmp_path / "zero", "model=calibrated_label_ranking", "model.share=0", *data, *FAST, "export=false")
+    # share 0: the logistic part rescaled by a positive number -- the same ranking and the same cut
+    for name in ("ranking_loss", "hamming_loss", "coverage", "average_precision", "one_error"):
+        assert blended["test"][name] == pytest.approx(relevance["test"][name], abs=1e-6)
+    chosen = run(tmp_path / "cv", "model=calibrated_label_ranking", *data, *FAST, "model.epochs=2", "export=false")
+    blend = json.loads((tmp_path / "cv" / "out" / "results.json").read_text())["blend"]
+    assert set(blend["cv"]) == {"0.0", "0.1", "0.2", "0.3", "0.5"} and blend["share"] in (0.0, 0.1, 0.2, 0.3, 0.5)
+    assert chosen["test"]["ranking_loss"] < 0.5 * relevance["test"]["ranking_loss"] + 0.5  # trained, not chance
