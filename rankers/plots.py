@@ -8,7 +8,9 @@ Three shapes, each a pure function of plain Python data that writes one PNG and 
 - :func:`spread_bar_plot`: one bar per model, its mean over folds or runs, every run as a dot and
   the standard deviation as an error bar (``bench/letor_peers.py --plot``);
 - :func:`speed_plot`: milliseconds against list length, one line per implementation, log-log
-  (``bench/losses.py --plot``).
+  (``bench/losses.py --plot``);
+- :func:`curve_plot`: a measure against a log x (a learning curve), one line per series, with
+  reference levels as dashed horizontal lines (``bench/linklearn_curve_plot.py``).
 
 Styling follows ``rankers/report.py``: default colours, 90 dpi, titles that say what and where.
 """
@@ -162,6 +164,47 @@ def speed_plot(
         axes.plot(list(points), list(points.values()), marker="o", label=name)
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3, which="both")
+    axes.legend(fontsize=8)
+    _title(axes, title)
+    return _save(figure, plt, path)
+
+
+def curve_plot(
+    series: Mapping[str, Mapping[float, float]],
+    path: str | Path,
+    *,
+    title: str,
+    levels: Mapping[str, float] | None = None,
+    marks: Mapping[str, Mapping[float, float]] | None = None,
+    xlabel: str = "training examples",
+    ylabel: str = "measure",
+) -> Path | None:
+    """Lines against a log x: ``{name: {x: y}}`` (x > 0); ``levels`` ``{name: y}`` as dashed
+    horizontal lines (an untrained start, a baseline) and ``marks`` ``{name: {x: y}}`` as unconnected
+    squares (points measured another way), each in the colour of the series at the same position,
+    so every line is read against its own reference.
+
+    Returns:
+        ``path``, or None without matplotlib or points.
+    """
+    plt = _pyplot()
+    lines = {name: dict(sorted(points.items())) for name, points in series.items() if points}
+    if plt is None or not lines:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, points) in enumerate(lines.items()):
+        axes.plot(list(points), list(points.values()), marker="o", color=colours[i % len(colours)], label=name)
+    for i, (name, level) in enumerate((levels or {}).items()):
+        axes.axhline(level, linestyle="--", linewidth=1, color=colours[i % len(colours)], label=name)
+    for i, (name, points) in enumerate((marks or {}).items()):
+        axes.plot(
+            list(points), list(points.values()), "s", fillstyle="none", color=colours[i % len(colours)], label=name
+        )
+    axes.set_xscale("log")
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3, which="both")

@@ -1,0 +1,108 @@
+"""Draw LinkLearn's held-out learning curve from the table docs/linklearn.md reports it in.
+
+    python bench/linklearn_curve_plot.py [--doc docs/linklearn.md] [--png docs/img/linklearn_curve.png]
+
+Reads the table whose header starts ``| training links | anchors |`` (the rows ``bench/linklearn_curve.py
+... --val-fraction 0.2 --max-train-links N`` measured) and draws the classic-like mean and the mean
+of six held-out MAP / BM25 against the number of training links (log x), the untrained start (the
+``0`` row) as a dashed line of the same colour, and rows measured with another split (a row whose
+first cell names a split, e.g. ``17,306 (50/50 split, all)``) as unconnected squares. Rows without
+figures (``not measured``) are left out and counted. The page's table is the one source: the figure
+cannot disagree with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rankers.plots import curve_plot
+
+HEADER = "| training links | anchors |"
+MEASURES = ("classic-like mean", "mean of six")
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def curve_rows(markdown: str) -> tuple[list[tuple[int, str, dict[str, float]]], int]:
+    """The table's measured rows ``(training links, note, {measure: MAP / BM25})`` and the number of
+    rows left out for want of figures.
+
+    Example:
+        >>> table = '''text
+        ... | training links | anchors | classic-like mean | mean of six |
+        ... |---:|---:|---:|---:|
+        ... | 0 (the start) | | 1.08 | 1.07 |
+        ... | 1,000 | 1,153 | 1.09 | 1.08 |
+        ... | 30,000 | | not measured | |
+        ...
+        ... after'''
+        >>> rows, skipped = curve_rows(table)
+        >>> rows[0]
+        (0, 'the start', {'classic-like mean': 1.08, 'mean of six': 1.07})
+        >>> [links for links, _, _ in rows], skipped
+        ([0, 1000], 1)
+    """
+    lines = markdown.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(HEADER)), None)
+    if start is None:
+        raise ValueError(f"no table with a header starting {HEADER!r}")
+    names = cells(lines[start])
+    columns = [names.index(measure) for measure in MEASURES]
+    rows, skipped = [], 0
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        row = cells(line)
+        match = re.match(r"([\d,]+)\s*(?:\((.*)\))?$", row[0])
+        try:
+            values = {measure: float(row[column]) for measure, column in zip(MEASURES, columns)}
+        except (ValueError, IndexError):
+            values = None
+        if match is None or values is None:
+            skipped += 1
+            continue
+        rows.append((int(match.group(1).replace(",", "")), match.group(2) or "", values))
+    return rows, skipped
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Path(__file__).resolve().parents[1]
+    parser.add_argument("--doc", type=Path, default=root / "docs" / "linklearn.md")
+    parser.add_argument("--png", type=Path, default=root / "docs" / "img" / "linklearn_curve.png")
+    args = parser.parse_args(argv)
+    rows, skipped = curve_rows(args.doc.read_text())
+    starts = [values for links, _, values in rows if links == 0]
+    curve = [(links, values) for links, note, values in rows if links > 0 and "split" not in note]
+    other = [(links, note, values) for links, note, values in rows if links > 0 and "split" in note]
+    series = {f"{m} (80/20 split)": {links: values[m] for links, values in curve} for m in MEASURES}
+    levels = {f"{m}, untrained start": starts[0][m] for m in MEASURES} if starts else None
+    marks = {
+        f"{m} ({', '.join(note for _, note, _ in other)})": {links: values[m] for links, _, values in other}
+        for m in MEASURES
+    }
+    title = (
+        "LinkLearn trained on wikispeedia_train: held-out MAP / BM25 after two epochs\n"
+        "(docs/linklearn.md; means over the self-made held-out sets; 2-core CPU)"
+    )
+    path = curve_plot(
+        series,
+        args.png,
+        title=title,
+        levels=levels,
+        marks=marks if other else None,
+        xlabel="training links (log scale)",
+        ylabel="held-out MAP / BM25",
+    )
+    print(f"{len(rows)} rows ({skipped} without figures left out); plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
