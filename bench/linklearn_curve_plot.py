@@ -7,8 +7,10 @@ Reads the table whose header starts ``| training links | anchors |`` (the rows `
 of six held-out MAP / BM25 against the number of training links (log x), the untrained start (the
 ``0`` row) as a dashed line of the same colour, and rows measured with another split (a row whose
 first cell names a split, e.g. ``17,306 (50/50 split, all)``) as unconnected squares. Rows without
-figures (``not measured``) are left out and counted. The page's table is the one source: the figure
-cannot disagree with it.
+figures (``not measured``) are left out and counted. If the page also has the table whose header
+starts ``| training links (seeds`` (the same points with other seeds: each cell ``a; b; c``, one
+value per seed, the first cell's first number the seed-0 row's links), the range over the seeds is
+shaded around each line. The page's tables are the one source: the figure cannot disagree with them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rankers.plots import curve_plot
 
 HEADER = "| training links | anchors |"
+SEEDS_HEADER = "| training links (seeds"
 MEASURES = ("classic-like mean", "mean of six")
 
 
@@ -72,6 +75,36 @@ def curve_rows(markdown: str) -> tuple[list[tuple[int, str, dict[str, float]]], 
     return rows, skipped
 
 
+def seed_ranges(markdown: str) -> dict[str, dict[int, tuple[float, float]]]:
+    """``{measure: {training links: (lowest, highest) over the seeds}}`` from the seeds table ({} without one).
+
+    Example:
+        >>> table = '''
+        ... | training links (seeds 0; 1) | classic-like mean (seeds 0; 1) | mean | mean of six (seeds 0; 1) |
+        ... |---|---|---|---|
+        ... | 1,000 | 1.0942; 1.0858 | 1.0900 | 1.0843; 1.0758 |
+        ... | 41,805; 41,890 | 1.0969; 1.0881 | 1.0925 | 1.0836; 1.0790 |'''
+        >>> seed_ranges(table)["classic-like mean"]
+        {1000: (1.0858, 1.0942), 41805: (1.0881, 1.0969)}
+    """
+    lines = markdown.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(SEEDS_HEADER)), None)
+    if start is None:
+        return {}
+    names = cells(lines[start])
+    columns = {m: next(i for i, name in enumerate(names) if name.startswith(m) and "seeds" in name) for m in MEASURES}
+    ranges: dict[str, dict[int, tuple[float, float]]] = {m: {} for m in MEASURES}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        row = cells(line)
+        links = int(re.match(r"[\d,]+", row[0]).group(0).replace(",", ""))
+        for measure, column in columns.items():
+            values = [float(value) for value in row[column].split(";")]
+            ranges[measure][links] = (min(values), max(values))
+    return ranges
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = Path(__file__).resolve().parents[1]
@@ -88,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{m} ({', '.join(note for _, note, _ in other)})": {links: values[m] for links, _, values in other}
         for m in MEASURES
     }
+    spread = seed_ranges(args.doc.read_text())
+    bands = {f"{m}, range over seeds": spread[m] for m in MEASURES} if spread else None
     title = (
         "LinkLearn trained on wikispeedia_train: held-out MAP / BM25 after two epochs\n"
         "(docs/linklearn.md; means over the self-made held-out sets; 2-core CPU)"
@@ -98,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         title=title,
         levels=levels,
         marks=marks if other else None,
+        bands=bands,
         xlabel="training links (log scale)",
         ylabel="held-out MAP / BM25",
     )

@@ -179,13 +179,15 @@ def curve_plot(
     title: str,
     levels: Mapping[str, float] | None = None,
     marks: Mapping[str, Mapping[float, float]] | None = None,
+    bands: Mapping[str, Mapping[float, tuple[float, float]]] | None = None,
     xlabel: str = "training examples",
     ylabel: str = "measure",
 ) -> Path | None:
     """Lines against a log x: ``{name: {x: y}}`` (x > 0); ``levels`` ``{name: y}`` as dashed
     horizontal lines (an untrained start, a baseline) and ``marks`` ``{name: {x: y}}`` as unconnected
-    squares (points measured another way), each in the colour of the series at the same position,
-    so every line is read against its own reference.
+    squares (points measured another way), ``bands`` ``{name: {x: (low, high)}}`` as shaded ranges
+    (the spread over seeds), each in the colour of the series at the same position, so every line is
+    read against its own reference and its own noise.
 
     Returns:
         ``path``, or None without matplotlib or points.
@@ -200,6 +202,12 @@ def curve_plot(
         axes.plot(list(points), list(points.values()), marker="o", color=colours[i % len(colours)], label=name)
     for i, (name, level) in enumerate((levels or {}).items()):
         axes.axhline(level, linestyle="--", linewidth=1, color=colours[i % len(colours)], label=name)
+    for i, (name, ranges) in enumerate((bands or {}).items()):
+        ranges = dict(sorted(ranges.items()))
+        if not ranges:
+            continue
+        low, high = zip(*ranges.values())
+        axes.fill_between(list(ranges), low, high, alpha=0.15, color=colours[i % len(colours)], label=name)
     for i, (name, points) in enumerate((marks or {}).items()):
         axes.plot(
             list(points), list(points.values()), "s", fillstyle="none", color=colours[i % len(colours)], label=name

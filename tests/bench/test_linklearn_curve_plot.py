@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import bench.linklearn_curve_plot as curve_plot_module
-from bench.linklearn_curve_plot import curve_rows, main
+from bench.linklearn_curve_plot import curve_rows, main, seed_ranges
 
 PNG = b"\x89PNG"
 TABLE = """## Curve
@@ -60,3 +60,26 @@ def test_the_pages_table_has_the_start_and_a_curve():
     rows, _ = curve_rows(page.read_text())
     links = [n for n, note, _ in rows if "split" not in note]
     assert links[0] == 0 and len(links) >= 3
+
+
+SEEDS = """
+| training links (seeds 0; 1; 2) | anchors | classic-like mean (seeds 0; 1; 2) | mean | mean of six (seeds 0; 1; 2) |
+|---|---|---|---|---|
+| 1,000 | 1,153; 1,127; 1,141 | 1.0942; 1.0858; 1.0900 | 1.0900 | 1.0843; 1.0758; 1.0797 |
+| 41,805; 41,890; 41,700 | 2,929; 2,928; 2,930 | 1.0969; 1.0881; 1.0990 | 1.0947 | 1.0836; 1.0790; 1.0801 |
+"""
+
+
+def test_the_seed_ranges_are_the_lowest_and_highest_seed_at_the_seed_0_links():
+
+    ranges = seed_ranges(TABLE + SEEDS)
+    assert ranges["classic-like mean"] == {1000: (1.0858, 1.0942), 41805: (1.0881, 1.0990)}
+    assert ranges["mean of six"][41805] == (1.0790, 1.0836)
+    assert seed_ranges(TABLE) == {}
+
+
+def test_the_figure_with_seed_ranges_is_drawn(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(TABLE + SEEDS)
+    main(["--doc", str(page), "--png", str(tmp_path / "curve.png")])
+    assert (tmp_path / "curve.png").read_bytes().startswith(PNG)

@@ -40,6 +40,7 @@ def test_a_curve_plot_draws_lines_levels_and_marks(tmp_path):
         title="c",
         levels={"start": 1.08},
         marks={"another split": {500: 1.1}},
+        bands={"seeds": {10: (1.04, 1.06), 1000: (1.08, 1.1)}},
     )
     assert path.read_bytes().startswith(PNG)
 
