@@ -9,8 +9,10 @@ of six held-out MAP / BM25 against the number of training links (log x), the unt
 first cell names a split, e.g. ``17,306 (50/50 split, all)``) as unconnected squares. Rows without
 figures (``not measured``) are left out and counted. If the page also has the table whose header
 starts ``| training links (seeds`` (the same points with other seeds: each cell ``a; b; c``, one
-value per seed, the first cell's first number the seed-0 row's links), the range over the seeds is
-shaded around each line. The page's tables are the one source: the figure cannot disagree with them.
+value per seed; the first number in the first cell is the seed-0 row's links; the start's row is
+left out), the lines are the mean over the seeds, the range over them is shaded and the seed-0 rows
+are drawn as points. The page's tables are the one
+source: the figure cannot disagree with them.
 """
 
 from __future__ import annotations
@@ -75,17 +77,19 @@ def curve_rows(markdown: str) -> tuple[list[tuple[int, str, dict[str, float]]], 
     return rows, skipped
 
 
-def seed_ranges(markdown: str) -> dict[str, dict[int, tuple[float, float]]]:
-    """``{measure: {training links: (lowest, highest) over the seeds}}`` from the seeds table ({} without one).
+def seed_values(markdown: str) -> dict[str, dict[int, list[float]]]:
+    """``{measure: {training links: [value per seed]}}`` from the seeds table ({} without one); the
+    start's row (0 links, the same for every seed) is left out.
 
     Example:
         >>> table = '''
         ... | training links (seeds 0; 1) | classic-like mean (seeds 0; 1) | mean | mean of six (seeds 0; 1) |
         ... |---|---|---|---|
         ... | 1,000 | 1.0942; 1.0858 | 1.0900 | 1.0843; 1.0758 |
-        ... | 41,805; 41,890 | 1.0969; 1.0881 | 1.0925 | 1.0836; 1.0790 |'''
-        >>> seed_ranges(table)["classic-like mean"]
-        {1000: (1.0858, 1.0942), 41805: (1.0881, 1.0969)}
+        ... | 0 (the start) | 1.0817 | 1.0817 | 1.0753 |
+        ... | all: 41,805; 41,890 | 1.0969; 1.0881 | 1.0925 | 1.0836; 1.0790 |'''
+        >>> seed_values(table)["classic-like mean"]
+        {1000: [1.0942, 1.0858], 41805: [1.0969, 1.0881]}
     """
     lines = markdown.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith(SEEDS_HEADER)), None)
@@ -93,16 +97,17 @@ def seed_ranges(markdown: str) -> dict[str, dict[int, tuple[float, float]]]:
         return {}
     names = cells(lines[start])
     columns = {m: next(i for i, name in enumerate(names) if name.startswith(m) and "seeds" in name) for m in MEASURES}
-    ranges: dict[str, dict[int, tuple[float, float]]] = {m: {} for m in MEASURES}
+    values: dict[str, dict[int, list[float]]] = {m: {} for m in MEASURES}
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         row = cells(line)
-        links = int(re.match(r"[\d,]+", row[0]).group(0).replace(",", ""))
+        links = int(re.search(r"\d[\d,]*", row[0]).group(0).replace(",", ""))
+        if links == 0:  # the start: one value, drawn as its level
+            continue
         for measure, column in columns.items():
-            values = [float(value) for value in row[column].split(";")]
-            ranges[measure][links] = (min(values), max(values))
-    return ranges
+            values[measure][links] = [float(value) for value in row[column].split(";")]
+    return values
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,28 +116,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--doc", type=Path, default=root / "docs" / "linklearn.md")
     parser.add_argument("--png", type=Path, default=root / "docs" / "img" / "linklearn_curve.png")
     args = parser.parse_args(argv)
-    rows, skipped = curve_rows(args.doc.read_text())
+    page = args.doc.read_text()
+    rows, skipped = curve_rows(page)
     starts = [values for links, _, values in rows if links == 0]
     curve = [(links, values) for links, note, values in rows if links > 0 and "split" not in note]
     other = [(links, note, values) for links, note, values in rows if links > 0 and "split" in note]
-    series = {f"{m} (80/20 split)": {links: values[m] for links, values in curve} for m in MEASURES}
+    seed_0 = {f"{m} (80/20 split, seed 0)": {links: values[m] for links, values in curve} for m in MEASURES}
     levels = {f"{m}, untrained start": starts[0][m] for m in MEASURES} if starts else None
     marks = {
         f"{m} ({', '.join(note for _, note, _ in other)})": {links: values[m] for links, _, values in other}
         for m in MEASURES
     }
-    spread = seed_ranges(args.doc.read_text())
-    bands = {f"{m}, range over seeds": spread[m] for m in MEASURES} if spread else None
+    seeds = seed_values(page)
+    if seeds:  # the mean over the seeds is the line, seed 0 a point set beside it
+        n_seeds = len(next(iter(seeds[MEASURES[0]].values())))
+        series = {f"{m}, mean of {n_seeds} seeds": {x: sum(v) / len(v) for x, v in seeds[m].items()} for m in MEASURES}
+        marks = {**seed_0, **(marks if other else {})}
+        bands = {f"{m}, range over seeds": {x: (min(v), max(v)) for x, v in seeds[m].items()} for m in MEASURES}
+    else:
+        series, bands, marks = seed_0, None, marks if other else None
     title = (
-        "LinkLearn trained on wikispeedia_train: held-out MAP / BM25 after two epochs\n"
-        "(docs/linklearn.md; means over the self-made held-out sets; 2-core CPU)"
+        "LinkLearn on wikispeedia_train: held-out MAP / BM25 after two epochs\n"
+        "(means over the self-made held-out sets, docs/linklearn.md)"
     )
     path = curve_plot(
         series,
         args.png,
         title=title,
         levels=levels,
-        marks=marks if other else None,
+        marks=marks,
         bands=bands,
         xlabel="training links (log scale)",
         ylabel="held-out MAP / BM25",

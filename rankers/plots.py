@@ -184,10 +184,11 @@ def curve_plot(
     ylabel: str = "measure",
 ) -> Path | None:
     """Lines against a log x: ``{name: {x: y}}`` (x > 0); ``levels`` ``{name: y}`` as dashed
-    horizontal lines (an untrained start, a baseline) and ``marks`` ``{name: {x: y}}`` as unconnected
-    squares (points measured another way), ``bands`` ``{name: {x: (low, high)}}`` as shaded ranges
-    (the spread over seeds), each in the colour of the series at the same position, so every line is
-    read against its own reference and its own noise.
+    horizontal lines (an untrained start, a baseline), ``marks`` ``{name: {x: y}}`` as unconnected
+    points (single runs, points measured another way: squares, then diamonds for a second set of as
+    many as there are lines, ...), ``bands`` ``{name: {x: (low, high)}}`` as shaded ranges (the spread
+    over seeds). The i-th level, mark or band takes the colour of line ``i mod len(series)``, so every
+    line is read against its own reference and its own noise.
 
     Returns:
         ``path``, or None without matplotlib or points.
@@ -196,28 +197,28 @@ def curve_plot(
     lines = {name: dict(sorted(points.items())) for name, points in series.items() if points}
     if plt is None or not lines:
         return None
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, axes = plt.subplots(figsize=(10, 4))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, points) in enumerate(lines.items()):
         axes.plot(list(points), list(points.values()), marker="o", color=colours[i % len(colours)], label=name)
     for i, (name, level) in enumerate((levels or {}).items()):
-        axes.axhline(level, linestyle="--", linewidth=1, color=colours[i % len(colours)], label=name)
+        axes.axhline(level, linestyle="--", linewidth=1, color=colours[i % len(lines) % len(colours)], label=name)
     for i, (name, ranges) in enumerate((bands or {}).items()):
         ranges = dict(sorted(ranges.items()))
         if not ranges:
             continue
         low, high = zip(*ranges.values())
-        axes.fill_between(list(ranges), low, high, alpha=0.15, color=colours[i % len(colours)], label=name)
+        axes.fill_between(list(ranges), low, high, alpha=0.15, color=colours[i % len(lines) % len(colours)], label=name)
     for i, (name, points) in enumerate((marks or {}).items()):
-        axes.plot(
-            list(points), list(points.values()), "s", fillstyle="none", color=colours[i % len(colours)], label=name
-        )
+        marker = "sD^v"[i // len(lines) % 4]  # a new marker for each further set of points
+        colour = colours[i % len(lines) % len(colours)]
+        axes.plot(list(points), list(points.values()), marker, fillstyle="none", color=colour, label=name)
     axes.set_xscale("log")
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3, which="both")
-    axes.legend(fontsize=8)
-    _title(axes, title)
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: bands fill the axes
+    _title(axes, title, width=80)
     return _save(figure, plt, path)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import bench.linklearn_curve_plot as curve_plot_module
-from bench.linklearn_curve_plot import curve_rows, main, seed_ranges
+from bench.linklearn_curve_plot import curve_rows, main, seed_values
 
 PNG = b"\x89PNG"
 TABLE = """## Curve
@@ -66,16 +66,16 @@ SEEDS = """
 | training links (seeds 0; 1; 2) | anchors | classic-like mean (seeds 0; 1; 2) | mean | mean of six (seeds 0; 1; 2) |
 |---|---|---|---|---|
 | 1,000 | 1,153; 1,127; 1,141 | 1.0942; 1.0858; 1.0900 | 1.0900 | 1.0843; 1.0758; 1.0797 |
-| 41,805; 41,890; 41,700 | 2,929; 2,928; 2,930 | 1.0969; 1.0881; 1.0990 | 1.0947 | 1.0836; 1.0790; 1.0801 |
+| 0 (the start, every seed) | | 1.0817 | 1.0817 | 1.0753 |
+| all: 41,805; 41,890; 41,700 | 2,929; 2,928; 2,930 | 1.0969; 1.0881; 1.0990 | 1.0947 | 1.0836; 1.0790; 1.0801 |
 """
 
 
-def test_the_seed_ranges_are_the_lowest_and_highest_seed_at_the_seed_0_links():
-
-    ranges = seed_ranges(TABLE + SEEDS)
-    assert ranges["classic-like mean"] == {1000: (1.0858, 1.0942), 41805: (1.0881, 1.0990)}
-    assert ranges["mean of six"][41805] == (1.0790, 1.0836)
-    assert seed_ranges(TABLE) == {}
+def test_the_seed_values_are_read_per_row_at_the_seed_0_links_without_the_start():
+    values = seed_values(TABLE + SEEDS)
+    assert values["classic-like mean"] == {1000: [1.0942, 1.0858, 1.0900], 41805: [1.0969, 1.0881, 1.0990]}
+    assert values["mean of six"][41805] == [1.0836, 1.0790, 1.0801]
+    assert seed_values(TABLE) == {}
 
 
 def test_the_figure_with_seed_ranges_is_drawn(tmp_path):
