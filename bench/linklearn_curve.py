@@ -100,7 +100,8 @@ def factor_shapes(term_weight) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dump", action="append", default=[])
-    parser.add_argument("--collection", type=Path, action="append", default=[])
+    # several paths after one flag too, so that the docs' `--collection DIR/{a,b}` (shell braces) runs
+    parser.add_argument("--collection", type=Path, action="extend", nargs="+", default=[])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--regularization", type=float, default=1.0)

@@ -8,7 +8,9 @@ Three shapes, each a pure function of plain Python data that writes one PNG and 
 - :func:`spread_bar_plot`: one bar per model, its mean over folds or runs, every run as a dot and
   the standard deviation as an error bar (``bench/letor_peers.py --plot``);
 - :func:`speed_plot`: milliseconds against list length, one line per implementation, log-log
-  (``bench/losses.py --plot``).
+  (``bench/losses.py --plot``);
+- :func:`curve_plot`: a measure against a log x (a learning curve), one line per series, with
+  reference levels as dashed horizontal lines (``bench/linklearn_curve_plot.py``).
 
 Styling follows ``rankers/report.py``: default colours, 90 dpi, titles that say what and where.
 """
@@ -167,6 +169,56 @@ def speed_plot(
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=8)
     _title(axes, title)
+    return _save(figure, plt, path)
+
+
+def curve_plot(
+    series: Mapping[str, Mapping[float, float]],
+    path: str | Path,
+    *,
+    title: str,
+    levels: Mapping[str, float] | None = None,
+    marks: Mapping[str, Mapping[float, float]] | None = None,
+    bands: Mapping[str, Mapping[float, tuple[float, float]]] | None = None,
+    xlabel: str = "training examples",
+    ylabel: str = "measure",
+) -> Path | None:
+    """Lines against a log x: ``{name: {x: y}}`` (x > 0); ``levels`` ``{name: y}`` as dashed
+    horizontal lines (an untrained start, a baseline), ``marks`` ``{name: {x: y}}`` as unconnected
+    points (single runs, points measured another way: squares, then diamonds for a second set of as
+    many as there are lines, ...), ``bands`` ``{name: {x: (low, high)}}`` as shaded ranges (the spread
+    over seeds). The i-th level, mark or band takes the colour of line ``i mod len(series)``, so every
+    line is read against its own reference and its own noise.
+
+    Returns:
+        ``path``, or None without matplotlib or points.
+    """
+    plt = _pyplot()
+    lines = {name: dict(sorted(points.items())) for name, points in series.items() if points}
+    if plt is None or not lines:
+        return None
+    figure, axes = plt.subplots(figsize=(10, 4))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, points) in enumerate(lines.items()):
+        axes.plot(list(points), list(points.values()), marker="o", color=colours[i % len(colours)], label=name)
+    for i, (name, level) in enumerate((levels or {}).items()):
+        axes.axhline(level, linestyle="--", linewidth=1, color=colours[i % len(lines) % len(colours)], label=name)
+    for i, (name, ranges) in enumerate((bands or {}).items()):
+        ranges = dict(sorted(ranges.items()))
+        if not ranges:
+            continue
+        low, high = zip(*ranges.values())
+        axes.fill_between(list(ranges), low, high, alpha=0.15, color=colours[i % len(lines) % len(colours)], label=name)
+    for i, (name, points) in enumerate((marks or {}).items()):
+        marker = "sD^v"[i // len(lines) % 4]  # a new marker for each further set of points
+        colour = colours[i % len(lines) % len(colours)]
+        axes.plot(list(points), list(points.values()), marker, fillstyle="none", color=colour, label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3, which="both")
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: bands fill the axes
+    _title(axes, title, width=80)
     return _save(figure, plt, path)
 
 

@@ -34,3 +34,11 @@ def test_relative_idf_feeds_the_idf_factor_idf_over_the_largest_idf():
     torch.testing.assert_close(idf, weight.idf_mlp.on_values(corpus["idf_values"] / 4.0))
     assert not torch.allclose(idf, raw_idf)
     torch.testing.assert_close(tf, weight.tf_mlp.on_values(torch.log1p(corpus["tf_values"])))
+
+
+def test_several_collections_after_one_flag_are_accepted(capsys):
+    # the docs write `--collection DIR/{a,b}`: the shell makes that one flag with several paths
+    with pytest.raises(SystemExit):
+        main(["--dump", "no-such-dump", "--collection", "a", "b", "--collection", "c", "--title-examples", "only"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" not in err and "--title-examples needs --cloze" in err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankers.plots import paper_table_plot, parse_plus_minus, speed_plot, spread_bar_plot
+from rankers.plots import curve_plot, paper_table_plot, parse_plus_minus, speed_plot, spread_bar_plot
 
 PNG = b"\x89PNG"
 
@@ -33,8 +33,21 @@ def test_a_speed_plot_draws_lines(tmp_path):
     assert path.read_bytes().startswith(PNG)
 
 
+def test_a_curve_plot_draws_lines_levels_and_marks(tmp_path):
+    path = curve_plot(
+        {"mean": {1000: 1.09, 10: 1.05}, "other": {}},
+        tmp_path / "c.png",
+        title="c",
+        levels={"start": 1.08},
+        marks={"another split": {500: 1.1}},
+        bands={"seeds": {10: (1.04, 1.06), 1000: (1.08, 1.1)}},
+    )
+    assert path.read_bytes().startswith(PNG)
+
+
 def test_nothing_to_draw_writes_nothing(tmp_path):
     assert paper_table_plot({}, tmp_path / "a.png", title="") is None
     assert spread_bar_plot({"a": []}, tmp_path / "b.png", title="") is None
     assert speed_plot({"a": {}}, tmp_path / "c.png", title="") is None
+    assert curve_plot({"a": {}}, tmp_path / "d.png", title="", levels={"start": 1.0}) is None
     assert not list(tmp_path.iterdir())
