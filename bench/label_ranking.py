@@ -10,7 +10,8 @@ With ``--cv K`` the test files are not read: each model is cross-validated on ea
 Each ``--data TRAIN TEST LABELS`` (LABELS: MULAN's XML, or k for the last k attributes) is run through
 ``train.py``'s pipeline with every model at its defaults (``model=calibrated_label_ranking``, the
 same with ``model.share=1`` (Algorithm 1 alone), ``calibrated_label_ranking_mlp``, ``binary_relevance``;
-``--models`` takes configs, each optionally followed by ``:`` and comma-separated overrides), plus scikit-multilearn's ML-kNN (k=10) on the
+``--models`` takes configs, each optionally followed by ``:`` and comma-separated overrides), plus
+scikit-multilearn's ML-kNN (k=10) on the
 same scaled arrays when it is installed. Prints one table per set (test metrics, fit seconds, and
 each model's ratio to binary relevance), the mean over sets, and draws the ranking and Hamming losses.
 """

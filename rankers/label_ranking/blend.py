@@ -11,9 +11,12 @@ Both are calibrated linear sorting functions (Definition 2.1: ``w_1..w_d`` with 
 is any positive combination of them: ``w = (1 - a) w_lr / r_lr + a w_alg1 / r_alg1``, each part
 divided by the root mean square of its training scores so that ``a`` means the same on every data
 set. The zero point stays where both parts put it, the result exports as one linear scorer.
-``choose_share`` picks ``a`` by cross-validation on the training split: the share whose worse ratio
-(ranking loss, Hamming loss) to ``a = 0`` is lowest, ``a = 0`` on a tie, so a share that helps one
-measure and hurts the other is not taken.
+``choose_share`` picks ``a`` by cross-validation on the training split: a small base share (0.1),
+unless a larger one beats it on both ranking loss and Hamming loss by more than a margin (2%), so a
+share that helps one measure and hurts the other, or helps within the folds' noise, is not taken.
+Measured on seven MULAN sets (docs/label_ranking.md): share 0.1 ranks better than binary relevance
+on all seven and cuts no worse; larger shares win big where labels are rare and texts sparse
+(medical) and lose the cut elsewhere (genbase, scene).
 """
 
 from __future__ import annotations
@@ -98,28 +101,35 @@ def choose_share(
     relevant: np.ndarray,
     shares: Sequence[float],
     *,
+    base: float = 0.1,
+    margin: float = 0.02,
     folds: int = 3,
     seed: int = 0,
     C: float = 1.0,
     online: dict | None = None,
 ) -> tuple[float, dict[float, list[float]]]:
-    """The share of Algorithm 1 chosen by ``folds``-fold cross-validation on ``features [N, F]``,
-    ``relevant [N, d]``: the lowest worse-ratio of (ranking loss, Hamming loss) to share 0.
+    """Algorithm 1's share, chosen by ``folds``-fold cross-validation on ``features [N, F]``,
+    ``relevant [N, d]``: ``base`` unless a larger share of ``shares`` beats it on both ranking loss
+    and Hamming loss by more than ``margin`` (relative), then the one whose worse ratio to ``base``
+    is lowest.
 
-    Returns the share and each share's mean ``[ranking loss, Hamming loss]`` over the folds.
+    Returns the share and the mean ``[ranking loss, Hamming loss]`` over the folds of each candidate,
+    0 (binary relevance) and ``base`` included.
     """
-    shares = sorted({0.0, *map(float, shares)})
+    candidates = sorted({0.0, float(base), *(float(share) for share in shares)})
     folds = min(folds, len(features))
     order = np.random.default_rng(seed).permutation(len(features))
-    totals = {share: np.zeros(2) for share in shares}
+    totals = {share: np.zeros(2) for share in candidates}
     for held in np.array_split(order, folds):
         train = np.setdiff1d(order, held)
         logistic = fit_binary_relevance(features[train], relevant[train], C=C)
         learned = fit_online(features[train], relevant[train], seed=seed, **(online or {}))
-        for share in shares:
+        for share in candidates:
             mixed = blend(logistic, learned, features[train], share)
             totals[share] += _losses(mixed, features[held], relevant[held]) / folds
-    base = np.maximum(totals[0.0], 1e-12)
-    worse_ratio = {share: float(np.max(totals[share] / base)) for share in shares}
-    chosen = min(shares, key=lambda share: (worse_ratio[share], share))
-    return chosen, {share: totals[share].tolist() for share in shares}
+    reference = np.maximum(totals[float(base)], 1e-12)
+    worse_ratio = {share: float(np.max(totals[share] / reference)) for share in candidates if share > base}
+    chosen = min(worse_ratio, key=lambda share: (worse_ratio[share], share), default=float(base))
+    if chosen == base or worse_ratio[chosen] >= 1.0 - margin:
+        chosen = float(base)
+    return chosen, {share: totals[share].tolist() for share in candidates}

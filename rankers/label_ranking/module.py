@@ -30,8 +30,8 @@ from rankers.label_ranking.online import CalibratedPerceptron
 from rankers.neural.module import PassLimit
 
 Batch = dict[str, Tensor]
-# Algorithm 1's shares that share="cv" tries (beside 0); docs/label_ranking.md has the measurement
-DEFAULT_SHARES = (0.1, 0.2, 0.3, 0.5)
+# the larger shares of Algorithm 1 that share="cv" tries against base_share; docs/label_ranking.md
+DEFAULT_SHARES = (0.2, 0.3, 0.5, 0.7)
 
 
 class LabelRankerModule(PassLimit, pl.LightningModule):
@@ -102,8 +102,8 @@ class CalibratedLabelRanker(LabelRankerModule):
     On multilabel data the hypothesis is then blended with the calibration constraints' logistic
     solution (``rankers.label_ranking.blend``): ``share`` of Algorithm 1, the rest binary relevance,
     both calibrated linear sorting functions, so the blend is one too. ``share="cv"`` picks it from
-    ``shares`` by ``share_folds``-fold cross-validation on the training split (0 when no share beats
-    the logistic part on both ranking and Hamming loss); top-label data uses Algorithm 1 alone (the
+    ``shares`` by cross-validation on the training split (``base_share`` unless a larger share is
+    clearly better on both ranking and Hamming loss); top-label data uses Algorithm 1 alone (the
     logistic part cannot see the order of the relevant labels).
 
     Args:
@@ -116,8 +116,8 @@ class CalibratedLabelRanker(LabelRankerModule):
         bias: append a constant feature (each label its own offset against the zero point).
         seed: the runs' orders.
         share: Algorithm 1's share of the blend (1: Algorithm 1 alone), or ``"cv"``.
-        shares: the candidates ``"cv"`` chooses from (0 is always one).
-        share_folds: folds of that cross-validation.
+        base_share: what ``"cv"`` keeps unless a larger share of ``shares`` beats it on both ranking
+            and Hamming loss by more than ``share_margin`` (relative) in ``share_folds``-fold CV.
         C: the logistic part's inverse regularization (scikit-learn's ``LogisticRegression``).
     """
 
@@ -137,7 +137,9 @@ class CalibratedLabelRanker(LabelRankerModule):
         bias: bool = True,
         seed: int = 0,
         share: float | str = "cv",
+        base_share: float = 0.1,
         shares: list[float] | None = None,
+        share_margin: float = 0.02,
         share_folds: int = 3,
         C: float = 1.0,
         monitor: str = "val/ranking_loss",
@@ -222,6 +224,8 @@ class CalibratedLabelRanker(LabelRankerModule):
                 x,
                 y,
                 self.hparams.shares or DEFAULT_SHARES,
+                base=self.hparams.base_share,
+                margin=self.hparams.share_margin,
                 folds=self.hparams.share_folds,
                 seed=self.hparams.seed,
                 C=self.hparams.C,

@@ -34,9 +34,11 @@ def test_a_blend_is_one_linear_function_of_both_parts_with_the_same_zero_point(p
         blend(first, second, x, 1.5)
 
 
-def test_the_cv_table_matches_sklearn_on_the_same_folds_and_the_choice_minimizes_the_worse_ratio(planted):
+def test_the_cv_table_matches_sklearn_on_the_same_folds_and_the_choice_follows_the_rule(planted):
     x, y = planted
-    share, table = choose_share(x, y, [0.25, 1.0], folds=3, seed=5, online={"epochs": 2, "n_runs": 2})
+    share, table = choose_share(
+        x, y, [0.25, 1.0], base=0.1, margin=0.0, folds=3, seed=5, online={"epochs": 2, "n_runs": 2}
+    )
     # share 0 is binary relevance: recompute it with scikit-learn alone on the folds choose_share draws
     order = np.random.default_rng(5).permutation(len(x))
     expected = np.zeros(2)
@@ -47,8 +49,14 @@ def test_the_cv_table_matches_sklearn_on_the_same_folds_and_the_choice_minimizes
         )
         expected += [label_ranking_loss(y[held], scores) / 3, hamming_loss(y[held], scores > 0) / 3]
     np.testing.assert_allclose(table[0.0], expected, rtol=1e-5, atol=1e-7)
-    worse = {s: max(np.array(table[s]) / np.array(table[0.0])) for s in table}
-    assert set(table) == {0.0, 0.25, 1.0} and worse[share] == min(worse.values())
+    assert set(table) == {0.0, 0.1, 0.25, 1.0}
+    # the rule, recomputed from the table: a larger share only if it beats the base on both measures
+    worse = {s: max(np.array(table[s]) / np.array(table[0.1])) for s in (0.25, 1.0)}
+    best = min(worse, key=worse.get)
+    assert share == (best if worse[best] < 1.0 else 0.1)
+    # a margin no share can clear keeps the base
+    kept, _ = choose_share(x, y, [0.25, 1.0], base=0.1, margin=1.0, folds=3, seed=5, online={"epochs": 2, "n_runs": 2})
+    assert kept == 0.1
 
 
 def test_fit_online_separates_a_separable_problem():

@@ -102,5 +102,11 @@ def test_share_zero_is_binary_relevance_and_cv_reports_its_choice(tmp_path):
         assert blended["test"][name] == pytest.approx(relevance["test"][name], abs=1e-6)
     chosen = run(tmp_path / "cv", "model=calibrated_label_ranking", *data, *FAST, "model.epochs=2", "export=false")
     blend = json.loads((tmp_path / "cv" / "out" / "results.json").read_text())["blend"]
-    assert set(blend["cv"]) == {"0.0", "0.1", "0.2", "0.3", "0.5"} and blend["share"] in (0.0, 0.1, 0.2, 0.3, 0.5)
+    assert set(blend["cv"]) == {"0.0", "0.1", "0.2", "0.3", "0.5", "0.7"} and blend["share"] in (
+        0.1,
+        0.2,
+        0.3,
+        0.5,
+        0.7,
+    )
     assert chosen["test"]["ranking_loss"] < 0.5 * relevance["test"]["ranking_loss"] + 0.5  # trained, not chance
