@@ -89,7 +89,7 @@ def blend(logistic: Linear, online: Linear, features: np.ndarray, share: float) 
     return weight, bias
 
 
-def _losses(part: Linear, features: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+def ranking_and_hamming(part: Linear, features: np.ndarray, relevant: np.ndarray) -> np.ndarray:
     """Mean ranking loss and Hamming loss of the cut ``[2]`` (``metrics.label_ranking``)."""
     scores = torch.as_tensor(features @ part[0].T + part[1], dtype=torch.float32)
     labels = torch.as_tensor(np.asarray(relevant), dtype=torch.float32)
@@ -126,7 +126,7 @@ def choose_share(
         learned = fit_online(features[train], relevant[train], seed=seed, **(online or {}))
         for share in candidates:
             mixed = blend(logistic, learned, features[train], share)
-            totals[share] += _losses(mixed, features[held], relevant[held]) / folds
+            totals[share] += ranking_and_hamming(mixed, features[held], relevant[held]) / folds
     reference = np.maximum(totals[float(base)], 1e-12)
     worse_ratio = {share: float(np.max(totals[share] / reference)) for share in candidates if share > base}
     chosen = min(worse_ratio, key=lambda share: (worse_ratio[share], share), default=float(base))
