@@ -4,7 +4,7 @@
         [--epochs 10] [--lr 0.001] [--regularization 1.0] [--cloze 1] [--margin 0.5] [--seed 0]
     python bench/linklearn_curve.py --dump CORPUS_FOLDER --collection DIR ... --lr 0.003 --regularization 0.1 \
         [--max-tokens 200] [--negative-sampling degree] [--val-fraction 0.2] [--max-train-links 10000] \
-        [--passes 3] [--eval-epochs 0,2]
+        [--passes 3] [--eval-epochs 0,2] [--hard-negatives 2] [--cloze 1]
 
 ``--dump`` takes any corpus ``data=linked_corpus`` reads (a dump or a linked-corpus folder). After
 each evaluated epoch it prints validation MAP per query kind, each collection's MAP / BM25, their
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cloze", type=int, default=0)
     parser.add_argument("--query-kinds", default="document,title,lead")
     parser.add_argument("--negatives", type=int, default=4)
+    parser.add_argument("--hard-negatives", type=int, default=0, help="data.hard_negatives (of --negatives)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=None, help="data.max_tokens")
     parser.add_argument("--negative-sampling", default="uniform", help="data.negative_sampling")
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         cloze=args.cloze,
         query_kinds=args.query_kinds.split(","),
         negatives=args.negatives,
+        hard_negatives=args.hard_negatives,
         data_seed=args.seed,
         max_tokens=args.max_tokens,
         negative_sampling=args.negative_sampling,

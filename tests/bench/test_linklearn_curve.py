@@ -42,3 +42,22 @@ def test_several_collections_after_one_flag_are_accepted(capsys):
         main(["--dump", "no-such-dump", "--collection", "a", "b", "--collection", "c", "--title-examples", "only"])
     err = capsys.readouterr().err
     assert "unrecognized arguments" not in err and "--title-examples needs --cloze" in err
+
+
+def test_hard_negatives_reach_the_datamodule(monkeypatch):
+    # the flag must configure the same data.hard_negatives the module trains with, not a copy of it
+    import bench.linklearn_curve as curve
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(paths, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(curve, "WikipediaDataModule", capture)
+    with pytest.raises(Stop):
+        main(["--dump", "d", "--negatives", "4", "--hard-negatives", "2", "--cloze", "1"])
+    assert (seen["negatives"], seen["hard_negatives"], seen["cloze"]) == (4, 2, 1)
