@@ -1,5 +1,7 @@
 // The PRank / OAP stream on CPU: Algorithm 1 (Crammer & Singer) under Algorithm 2's Bernoulli
-// presentation (Harrington), for R runs x N perceptrons. Built by kernels/prank_cpu.py.
+// presentation (Harrington), for R runs x N perceptrons, optionally recording the voted
+// perceptron's history (PRank-VP); the voted evaluation; and the Widrow-Hoff baseline's stream.
+// Built by kernels/prank_cpu.py.
 //
 // One work item: the perceptrons [first, last) of run r stream the T examples in order; each
 // example's features are used by every perceptron of the block while in L1, and the block's
@@ -9,6 +11,7 @@
 // A plain C ABI over raw pointers (loaded with ctypes; kernels/prank_cpu.py checks shapes, dtypes
 // and contiguity before the call), so that it builds in a second without torch's headers.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace {
@@ -20,19 +23,35 @@ struct Stream {
   const bool* shown;     // [T, R, N] contiguous
   float* w;              // [R, N, d] contiguous
   float* c;              // [R, N, K] contiguous
-  int64_t* out;          // predictions, element (r, n, t) at r * out_r + n * out_n + t * out_t
+  int64_t* out;          // predictions, element (r, n, t) at r * out_r + n * out_n + t * out_t; or null
   int64_t out_r, out_n, out_t;
   float* mistakes;       // [R, N] contiguous, incremented
   float* correct;        // [R, N] contiguous, incremented
+  // the voted perceptron's history (all null without it): open [R, N] counts the correct rounds
+  // survived by each perceptron's current hypothesis; on a mistake a hypothesis with a vote is
+  // written (pre-update) as record hist_n[p] of its perceptron p: hist_w [R*N, cap, d],
+  // hist_c [R*N, cap, K], hist_s [R*N, cap]
+  float* open;
+  float* hist_w;
+  float* hist_c;
+  float* hist_s;
+  int64_t* hist_n;       // [R*N], records written (set to 0 here first)
+  int64_t cap;
 };
 
 __attribute__((target_clones("arch=haswell", "default")))
 void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
   const int64_t d = s.d, K = s.K;
+  if (s.open) {
+    for (int64_t n = first; n < last; ++n) s.hist_n[r * s.N + n] = 0;
+  }
   for (int64_t t = 0; t < s.T; ++t) {
     const float* xt = s.x + (r * s.T + t) * d;
     const int64_t label = s.y[r * s.T + t];
+    const bool* shown = s.shown + (t * s.R + r) * s.N;
     for (int64_t n = first; n < last; ++n) {
+      // without predictions to write, a perceptron the example is not presented to has nothing to do
+      if (!s.out && !shown[n]) continue;
       const int64_t p = r * s.N + n;
       float* w = s.w + p * d;
       float* c = s.c + p * K;
@@ -41,13 +60,25 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
       for (int64_t j = 0; j < d; ++j) score += w[j] * xt[j];
       int64_t predicted = 0;  // thresholds stay ordered (Lemma 1): count those <= score
       for (int64_t q = 0; q < K; ++q) predicted += (score - c[q] >= 0.f);
-      s.out[r * s.out_r + n * s.out_n + t * s.out_t] = predicted;
-      if (!s.shown[(t * s.R + r) * s.N + n]) continue;
+      if (s.out) s.out[r * s.out_r + n * s.out_n + t * s.out_t] = predicted;
+      if (!shown[n]) continue;
       if (predicted == label) {
         s.correct[p] += 1.f;
+        if (s.open) s.open[p] += 1.f;
         continue;
       }
       s.mistakes[p] += 1.f;
+      if (s.open) {  // the current hypothesis closes: stored if it survived a round, as the tensor path's slots
+        if (s.open[p] > 0.f) {
+          const int64_t i = s.hist_n[p]++;
+          if (i < s.cap) {  // cannot overflow with cap >= (T + 1) / 2; the caller checks hist_n anyway
+            std::copy(w, w + d, s.hist_w + (p * s.cap + i) * d);
+            std::copy(c, c + K, s.hist_c + (p * s.cap + i) * K);
+            s.hist_s[p * s.cap + i] = s.open[p];
+          }
+        }
+        s.open[p] = 0.f;
+      }
       float total = 0.f;  // sum_r a(r)
       for (int64_t q = 0; q < K; ++q) {
         const float sign = label <= q ? -1.f : 1.f;  // l(r), Algorithm 1 line 4
@@ -59,6 +90,22 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j) w[j] += total * xt[j];
     }
+  }
+}
+
+// Widrow-Hoff (the paper's baseline) for one (run, rate): w += eta (y - w.x) x per example, the
+// estimate rounded to the nearest rank in 0..k-1 before the update (halves up), as
+// rankers.perceptron.ensemble.WidrowHoff's tensor path does it in float32.
+void widrow_hoff_one(int64_t T, int64_t d, int64_t k, const float* x, const float* y, float eta, float* w,
+                     int64_t* out) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * d;
+    float estimate = 0.f;
+    for (int64_t j = 0; j < d; ++j) estimate += w[j] * xt[j];
+    if (out) out[t] = static_cast<int64_t>(std::min(std::max(std::floor(estimate + 0.5f), 0.f),
+                                                    static_cast<float>(k - 1)));
+    const float step = eta * (y[t] - estimate);
+    for (int64_t j = 0; j < d; ++j) w[j] += step * xt[j];
   }
 }
 
@@ -76,19 +123,35 @@ const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
 // x [R, T, d] float, y [R, T] int64, presented [T, R, N] bool (the chunk's Bernoulli draws),
 // weights [R, N, d] and thresholds [R, N, K] float (contiguous, updated in place), predictions
 // [R, N, T] int64 at strides (out_r, out_n, out_t) (written: the rank predicted before each
-// update), mistakes and correct [R, N] float (contiguous, incremented by the presented examples
-// mispredicted / not). The (run, block of perceptrons) items are spread over `threads` threads.
+// update; null: none, and a perceptron skips the examples not presented to it), mistakes and
+// correct [R, N] float (contiguous, incremented by the presented examples mispredicted / not).
+// With open non-null, the voted perceptron's history as in struct Stream (cap records per
+// perceptron). The (run, block of perceptrons) items are spread over `threads` threads.
 void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, const float* x, const int64_t* y,
                       const bool* presented, float* weights, float* thresholds, int64_t* predictions, int64_t out_r,
-                      int64_t out_n, int64_t out_t, float* mistakes, float* correct, int threads) {
+                      int64_t out_n, int64_t out_t, float* mistakes, float* correct, float* open, float* hist_w,
+                      float* hist_c, float* hist_s, int64_t* hist_n, int64_t cap, int threads) {
   const Stream s{R, N, d, K, T, x, y, presented, weights, thresholds, predictions, out_r, out_n, out_t,
-                 mistakes, correct};
+                 mistakes, correct, open, hist_w, hist_c, hist_s, hist_n, cap};
   const int64_t BLOCK = 16;
   const int64_t blocks = (N + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t item = 0; item < R * blocks; ++item) {
     const int64_t r = item / blocks, first = (item % blocks) * BLOCK;
     stream_block(s, r, first, std::min(N, first + BLOCK));
+  }
+}
+
+// Widrow-Hoff for R runs x E rates: x [R, T, d] float, y [R, T] float (the regressed rank), eta [E],
+// weights [R, E, d] float (contiguous, updated in place), predictions [R, E, T] int64 (written: the
+// rounded estimate before each update) or null. One (run, rate) per work item.
+void ltr_widrow_hoff_stream(int64_t R, int64_t E, int64_t d, int64_t T, int64_t k, const float* x, const float* y,
+                            const float* eta, float* weights, int64_t* predictions, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t item = 0; item < R * E; ++item) {
+    const int64_t r = item / E, e = item % E;
+    widrow_hoff_one(T, d, k, x + r * T * d, y + r * T, eta[e], weights + item * d,
+                    predictions ? predictions + item * T : nullptr);
   }
 }
 

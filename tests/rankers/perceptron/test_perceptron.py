@@ -163,20 +163,24 @@ def test_voted_prank_weights_hypotheses_by_survival():
         assert [v + 1 for v in voted[run].tolist()] == expected
 
 
-def test_voted_survival_counts_every_correct_round_whatever_the_other_runs_do():
+@pytest.mark.parametrize("fused", [True, False])  # the C++ stream's records, the tensor path's slots
+def test_voted_survival_counts_every_correct_round_whatever_the_other_runs_do(fused):
     # the zero hypothesis predicts the top rank: a run whose stream starts with top ranks survives
     # those rounds, and its vote must keep them, also while no run has made a mistake yet
     x, y = stream(7, runs=3, steps=200, d=3, k=3)
     y[0, :5] = 2
     y[1, :1] = 0  # run 1 errs at once
-    batched = PRankEnsemble(3, 3, n_runs=3, keep_history=True)
+    batched = PRankEnsemble(3, 3, n_runs=3, keep_history=True, fused=fused)
     batched.partial_fit(x, y)
-    survival = sum(entry[2] for entry in batched.history) + batched._open
-    assert torch.equal(survival, batched.correct)
+    survival = batched._open.clone().view(-1)
+    for _, _, votes, rows in batched.history:
+        assert (votes > 0).all()  # only hypotheses with a vote are kept
+        survival.index_add_(0, rows, votes)
+    assert torch.equal(survival.view_as(batched.correct), batched.correct)
     test_x = x[:, :50]
     voted = batched.mean_rank(test_x, "voted")
     for run in range(3):
-        alone = PRankEnsemble(3, 3, n_runs=1, keep_history=True)
+        alone = PRankEnsemble(3, 3, n_runs=1, keep_history=True, fused=fused)
         alone.partial_fit(x[run : run + 1], y[run : run + 1])
         torch.testing.assert_close(alone.mean_rank(test_x[run : run + 1], "voted")[0], voted[run], rtol=0, atol=1e-12)
         expected = scalar_voted_prank(x[run].tolist(), (y[run] + 1).tolist(), 3, test_x[run].tolist())
