@@ -3,10 +3,10 @@
 // perceptron's history (PRank-VP); the voted evaluation; and the Widrow-Hoff baseline's stream.
 // Built by kernels/prank_cpu.py.
 //
-// One work item: the perceptrons [first, last) of run r stream the T examples in order; each
-// example's features are used by every perceptron of the block while in L1, and the block's
-// weights (BLOCK * d floats) stay in L2 across the stream. Compiled for AVX2/FMA and for the
-// baseline, the loader picks at run time (GCC function multiversioning).
+// One work item: up to LANES perceptrons of one run stream the T examples in order, side by side
+// in SIMD lanes (the state stored perceptron-minor, [R, d, N], as the ensemble holds it), their
+// weights and thresholds in L1 across the stream. Compiled for AVX2 and for the baseline, the
+// loader picks at run time (GCC function multiversioning).
 //
 // A plain C ABI over raw pointers (loaded with ctypes; kernels/prank_cpu.py checks shapes, dtypes
 // and contiguity before the call), so that it builds in a second without torch's headers.
@@ -16,13 +16,17 @@
 
 namespace {
 
+// Perceptrons per work item: the item's per-perceptron scratch (scores, ranks, steps) lives on
+// the stack, and its state (LANES * (d + K) floats) in L1 across the stream.
+constexpr int64_t LANES = 64;
+
 struct Stream {
   int64_t R, N, d, K, T;
   const float* x;        // [R, T, d] contiguous
   const int64_t* y;      // [R, T] contiguous
   const bool* shown;     // [T, R, N] contiguous
-  float* w;              // [R, N, d] contiguous
-  float* c;              // [R, N, K] contiguous
+  float* w;              // [R, d, N] contiguous (perceptron-minor: the ensemble's own layout)
+  float* c;              // [R, K, N] contiguous
   int64_t* out;          // predictions, element (r, n, t) at r * out_r + n * out_n + t * out_t; or null
   int64_t out_r, out_n, out_t;
   float* mistakes;       // [R, N] contiguous, incremented
@@ -39,56 +43,101 @@ struct Stream {
   int64_t cap;
 };
 
+// The voted history of the perceptrons [first, first + B) of run r at one example: a correct
+// presented round extends the current hypothesis' survival; a mistake closes it, and it is stored
+// (pre-update) if it survived a round, as the tensor path's slots keep it.
+void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* shown, const int32_t* wrong) {
+  const int64_t d = s.d, K = s.K, N = s.N;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t p = r * N + first + i;
+    if (!shown[i]) continue;
+    if (!wrong[i]) {
+      s.open[p] += 1.f;
+      continue;
+    }
+    if (s.open[p] > 0.f) {
+      const int64_t m = s.hist_n[p]++;
+      if (m < s.cap) {  // cannot overflow with cap >= (T + 1) / 2; the caller checks hist_n anyway
+        for (int64_t j = 0; j < d; ++j) s.hist_w[(p * s.cap + m) * d + j] = s.w[(r * d + j) * N + first + i];
+        for (int64_t q = 0; q < K; ++q) s.hist_c[(p * s.cap + m) * K + q] = s.c[(r * K + q) * N + first + i];
+        s.hist_s[p * s.cap + m] = s.open[p];
+      }
+    }
+    s.open[p] = 0.f;
+  }
+}
+
+// One work item: the perceptrons [first, last) (at most LANES) of run r stream the T examples in
+// order. Every step is a few loops across the perceptrons, which the compiler runs across SIMD
+// lanes: no branch on a Bernoulli draw or a mistake, and a perceptron not presented the example or
+// predicting it right gets a zero step (selected away, so its state is untouched bit for bit).
+// Each score is summed over j in order, without fused multiply-adds.
 __attribute__((target_clones("arch=haswell", "default")))
 void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
-  const int64_t d = s.d, K = s.K;
+  const int64_t d = s.d, K = s.K, N = s.N, B = last - first;
+  float* w = s.w + r * d * N + first;  // w[j * N + i]: perceptron first + i, feature j
+  float* c = s.c + r * K * N + first;
+  float* mistakes = s.mistakes + r * N + first;
+  float* correct = s.correct + r * N + first;
+  float score[LANES], total[LANES];
+  int32_t predicted[LANES], wrong[LANES];
   if (s.open) {
-    for (int64_t n = first; n < last; ++n) s.hist_n[r * s.N + n] = 0;
+    for (int64_t i = 0; i < B; ++i) s.hist_n[r * N + first + i] = 0;
   }
   for (int64_t t = 0; t < s.T; ++t) {
     const float* xt = s.x + (r * s.T + t) * d;
-    const int64_t label = s.y[r * s.T + t];
-    const bool* shown = s.shown + (t * s.R + r) * s.N;
-    for (int64_t n = first; n < last; ++n) {
-      // without predictions to write, a perceptron the example is not presented to has nothing to do
-      if (!s.out && !shown[n]) continue;
-      const int64_t p = r * s.N + n;
-      float* w = s.w + p * d;
-      float* c = s.c + p * K;
-      float score = 0.f;
-#pragma omp simd reduction(+ : score)
-      for (int64_t j = 0; j < d; ++j) score += w[j] * xt[j];
-      int64_t predicted = 0;  // thresholds stay ordered (Lemma 1): count those <= score
-      for (int64_t q = 0; q < K; ++q) predicted += (score - c[q] >= 0.f);
-      if (s.out) s.out[r * s.out_r + n * s.out_n + t * s.out_t] = predicted;
-      if (!shown[n]) continue;
-      if (predicted == label) {
-        s.correct[p] += 1.f;
-        if (s.open) s.open[p] += 1.f;
-        continue;
-      }
-      s.mistakes[p] += 1.f;
-      if (s.open) {  // the current hypothesis closes: stored if it survived a round, as the tensor path's slots
-        if (s.open[p] > 0.f) {
-          const int64_t i = s.hist_n[p]++;
-          if (i < s.cap) {  // cannot overflow with cap >= (T + 1) / 2; the caller checks hist_n anyway
-            std::copy(w, w + d, s.hist_w + (p * s.cap + i) * d);
-            std::copy(c, c + K, s.hist_c + (p * s.cap + i) * K);
-            s.hist_s[p * s.cap + i] = s.open[p];
-          }
-        }
-        s.open[p] = 0.f;
-      }
-      float total = 0.f;  // sum_r a(r)
-      for (int64_t q = 0; q < K; ++q) {
-        const float sign = label <= q ? -1.f : 1.f;  // l(r), Algorithm 1 line 4
-        if ((score - c[q]) * sign <= 0.f) {            // lines 6-8
-          c[q] -= sign;
-          total += sign;
-        }
-      }
+    const int32_t label = static_cast<int32_t>(s.y[r * s.T + t]);
+    const bool* shown = s.shown + (t * s.R + r) * N + first;
 #pragma omp simd
-      for (int64_t j = 0; j < d; ++j) w[j] += total * xt[j];
+    for (int64_t i = 0; i < B; ++i) score[i] = 0.f;
+    for (int64_t j = 0; j < d; ++j) {
+      const float xj = xt[j];
+      const float* wj = w + j * N;
+#pragma omp simd
+      for (int64_t i = 0; i < B; ++i) score[i] += wj[i] * xj;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < B; ++i) predicted[i] = 0;
+    for (int64_t q = 0; q < K; ++q) {  // thresholds stay ordered (Lemma 1): count those <= score
+      const float* cq = c + q * N;
+#pragma omp simd
+      for (int64_t i = 0; i < B; ++i) predicted[i] += (score[i] - cq[i] >= 0.f);
+    }
+    if (s.out) {
+      for (int64_t i = 0; i < B; ++i) s.out[r * s.out_r + (first + i) * s.out_n + t * s.out_t] = predicted[i];
+    }
+    int32_t any = 0;
+#pragma omp simd reduction(| : any)
+    for (int64_t i = 0; i < B; ++i) {
+      const int32_t presented = shown[i];
+      wrong[i] = presented & (predicted[i] != label);
+      mistakes[i] += static_cast<float>(wrong[i]);
+      correct[i] += static_cast<float>(presented & (predicted[i] == label));
+      any |= wrong[i];
+    }
+    if (s.open) record(s, r, first, B, shown, wrong);
+    if (!any) continue;
+#pragma omp simd
+    for (int64_t i = 0; i < B; ++i) total[i] = 0.f;  // sum_r a(r)
+    for (int64_t q = 0; q < K; ++q) {
+      const float sign = label <= q ? -1.f : 1.f;  // l(r), Algorithm 1 line 4
+      float* cq = c + q * N;
+#pragma omp simd
+      for (int64_t i = 0; i < B; ++i) {
+        const int32_t hit = wrong[i] & ((score[i] - cq[i]) * sign <= 0.f);  // lines 6-8
+        const float step = hit ? sign : 0.f;  // c - 0 and total + 0 leave both as they are
+        cq[i] -= step;
+        total[i] += step;
+      }
+    }
+    for (int64_t j = 0; j < d; ++j) {
+      const float xj = xt[j];
+      float* wj = w + j * N;
+#pragma omp simd
+      for (int64_t i = 0; i < B; ++i) {
+        const float updated = wj[i] + total[i] * xj;
+        wj[i] = wrong[i] ? updated : wj[i];  // a select, not w + 0 * x (which an infinite x would spoil)
+      }
     }
   }
 }
@@ -121,9 +170,9 @@ extern "C" {
 const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
 
 // x [R, T, d] float, y [R, T] int64, presented [T, R, N] bool (the chunk's Bernoulli draws),
-// weights [R, N, d] and thresholds [R, N, K] float (contiguous, updated in place), predictions
-// [R, N, T] int64 at strides (out_r, out_n, out_t) (written: the rank predicted before each
-// update; null: none, and a perceptron skips the examples not presented to it), mistakes and
+// weights [R, d, N] and thresholds [R, K, N] float (perceptron-minor, contiguous, updated in
+// place), predictions [R, N, T] int64 at strides (out_r, out_n, out_t) (written: the rank
+// predicted before each update) or null, mistakes and
 // correct [R, N] float (contiguous, incremented by the presented examples mispredicted / not).
 // With open non-null, the voted perceptron's history as in struct Stream (cap records per
 // perceptron). The (run, block of perceptrons) items are spread over `threads` threads.
@@ -133,12 +182,12 @@ void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, con
                       float* hist_c, float* hist_s, int64_t* hist_n, int64_t cap, int threads) {
   const Stream s{R, N, d, K, T, x, y, presented, weights, thresholds, predictions, out_r, out_n, out_t,
                  mistakes, correct, open, hist_w, hist_c, hist_s, hist_n, cap};
-  const int64_t BLOCK = 16;
-  const int64_t blocks = (N + BLOCK - 1) / BLOCK;
+  const int64_t blocks = (N + LANES - 1) / LANES;
+  const int64_t width = (N + blocks - 1) / blocks;  // N = 100: two items of 50, not 64 and 36
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t item = 0; item < R * blocks; ++item) {
-    const int64_t r = item / blocks, first = (item % blocks) * BLOCK;
-    stream_block(s, r, first, std::min(N, first + BLOCK));
+    const int64_t r = item / blocks, first = (item % blocks) * width;
+    stream_block(s, r, first, std::min(N, first + width));
   }
 }
 

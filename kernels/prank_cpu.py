@@ -96,7 +96,8 @@ def stream(
     Args:
         x: ``[R, T, d]`` float32; y: ``[R, T]`` long, 0-based ranks.
         presented: ``[T, R, N]`` bool, Algorithm 2's Bernoulli draws (True = the perceptron sees it).
-        weights: ``[R, N, d]`` float32 and thresholds ``[R, N, k-1]`` float32, updated in place.
+        weights: ``[R, N, d]`` float32 and thresholds ``[R, N, k-1]`` float32, updated in place;
+            fastest stored perceptron-minor (``transpose(1, 2)`` contiguous), as the ensemble holds them.
         predictions: ``[R, N, T]`` long (any strides), written with the rank each perceptron
             predicted before its update; None: not written, and a perceptron skips the examples
             not presented to it (nothing of its state depends on them).
@@ -108,15 +109,16 @@ def stream(
     library = kernel()
     if library is None:
         raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
-    w, c = weights.contiguous(), thresholds.contiguous()
+    # the loop's layout is perceptron-minor, [R, d, N] in memory: the ensemble's own, so no copies
+    w, c = weights.transpose(1, 2).contiguous(), thresholds.transpose(1, 2).contiguous()
     x, y, presented = x.contiguous(), y.contiguous(), presented.contiguous()
-    r, n, d = w.shape
-    k, t = c.shape[2], x.shape[1]
+    r, d, n = w.shape
+    k, t = c.shape[1], x.shape[1]
     _check(x, (r, t, d), torch.float32, "x")
     _check(y, (r, t), torch.int64, "y")
     _check(presented, (t, r, n), torch.bool, "presented")
-    _check(c, (r, n, k), torch.float32, "thresholds")
-    _check(w, (r, n, d), torch.float32, "weights")
+    _check(c, (r, k, n), torch.float32, "thresholds (transposed)")
+    _check(w, (r, d, n), torch.float32, "weights (transposed)")
     if predictions is not None:
         _check(predictions, (r, n, t), torch.int64, "predictions", contiguous=False)
     for name, counter in (("mistakes", mistakes), ("correct", correct)):
@@ -138,9 +140,9 @@ def stream(
     counters = (pointer(mistakes), pointer(correct))
     library.ltr_prank_stream(r, n, d, k, t, *arrays, *out, *counters, *recorded, torch.get_num_threads())
     if w.data_ptr() != weights.data_ptr():
-        weights.copy_(w)
+        weights.copy_(w.transpose(1, 2))
     if c.data_ptr() != thresholds.data_ptr():
-        thresholds.copy_(c)
+        thresholds.copy_(c.transpose(1, 2))
 
 
 def widrow_hoff(

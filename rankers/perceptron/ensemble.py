@@ -186,12 +186,15 @@ class PRankEnsemble:
                 else:  # the Triton kernel always writes them
                     out = None if kernel is prank_cpu.stream else self._empty_predictions(stop - start, kernel)
                 arguments = (features[:, start:stop], labels[:, start:stop], shown, self.weights, self.thresholds)
+                # every presented example is a mistake or a correct prediction, so the kernels'
+                # counters give `presented` without a pass over the [t, R, N] draws
+                counted = self.mistakes + self.correct
                 if history is None:
                     kernel(*arguments, out, self.mistakes, self.correct)
                 else:
                     kernel(*arguments, out, self.mistakes, self.correct, history)
                     self._keep(history.records())
-                self.presented.add_(shown.sum(0))
+                self.presented.add_(self.mistakes + self.correct - counted)
                 if combined is not None:
                     combined[:, start:stop] = self._combined_from_predictions(
                         predictions[:, :, start:stop], labels[:, start:stop], shown, correct_before, combine
