@@ -142,6 +142,34 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
   }
 }
 
+// Algorithm 2's Bernoulli draws from a counter: draw i (i = (step * R + r) * N + n) is SplitMix64
+// (Steele, Lea & Flood 2014) at state key + (i + 1) * GAMMA, its top 24 bits a float32 uniform in
+// [0, 1) as torch.rand's, presented iff below tau[r]. Each draw depends on its position alone, so
+// any thread, chunk or device gives the same ones; rankers.perceptron.ensemble.counter_draws is
+// the same in torch ops (the reference, and the CUDA path).
+constexpr uint64_t GAMMA = 0x9E3779B97F4A7C15ULL;
+
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+__attribute__((target_clones("arch=haswell", "default")))
+void bernoulli_rows(int64_t first, int64_t last, int64_t R, int64_t N, uint64_t key, int64_t step0, const float* tau,
+                    bool* out) {
+  for (int64_t row = first; row < last; ++row) {  // row = t * R + r of this call
+    const float p = tau[row % R];
+    const uint64_t base = key + (static_cast<uint64_t>(step0 * R + row) * N + 1) * GAMMA;
+    bool* o = out + row * N;
+#pragma omp simd
+    for (int64_t n = 0; n < N; ++n) {
+      const uint64_t z = mix64(base + static_cast<uint64_t>(n) * GAMMA);
+      o[n] = static_cast<float>(z >> 40) * 0x1p-24f < p;
+    }
+  }
+}
+
 // Widrow-Hoff (the paper's baseline) for one (run, rate): w += eta (y - w.x) x per example, the
 // estimate rounded to the nearest rank in 0..k-1 before the update (halves up), as
 // rankers.perceptron.ensemble.WidrowHoff's tensor path does it in float32.
@@ -201,6 +229,16 @@ void ltr_widrow_hoff_stream(int64_t R, int64_t E, int64_t d, int64_t T, int64_t 
     const int64_t r = item / E, e = item % E;
     widrow_hoff_one(T, d, k, x + r * T * d, y + r * T, eta[e], weights + item * d,
                     predictions ? predictions + item * T : nullptr);
+  }
+}
+
+// The draws of steps step0 .. step0 + T - 1: out [T, R, N] bool (contiguous), tau [R] float.
+void ltr_bernoulli(int64_t T, int64_t R, int64_t N, uint64_t key, int64_t step0, const float* tau, bool* out,
+                   int threads) {
+  const int64_t rows = T * R, BLOCK = 256;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t first = 0; first < rows; first += BLOCK) {
+    bernoulli_rows(first, std::min(rows, first + BLOCK), R, N, key, step0, tau, out);
   }
 }
 

@@ -24,17 +24,21 @@ _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 SIGNATURE = [_I64] * 5 + [_PTR] * 6 + [_I64] * 3 + [_PTR] * 7 + [_I64, ctypes.c_int]
 VOTED_SIGNATURE = [_I64] * 4 + [_PTR] * 7 + [ctypes.c_int]
 WIDROW_HOFF_SIGNATURE = [_I64] * 5 + [_PTR] * 5 + [ctypes.c_int]
+BERNOULLI_SIGNATURE = [_I64] * 3 + [ctypes.c_uint64, _I64] + [_PTR] * 2 + [ctypes.c_int]
+# a call parallelizes from this many (perceptron, example) steps (about a millisecond of work)
+PARALLEL_STEPS = 1 << 20
 
 
 def kernel() -> ctypes.CDLL | None:
-    """The loaded library (``ltr_prank_stream``, ``ltr_prank_voted``, ``ltr_widrow_hoff_stream``), or
-    None (with one warning) where it cannot be built."""
+    """The loaded library (``ltr_prank_stream``, ``ltr_prank_voted``, ``ltr_widrow_hoff_stream``,
+    ``ltr_bernoulli``), or None (with one warning) where it cannot be built."""
     library = KERNEL.kernel()
     if library is not None and library.ltr_prank_stream.argtypes is None:
         for function, signature in (
             (library.ltr_prank_stream, SIGNATURE),
             (library.ltr_prank_voted, VOTED_SIGNATURE),
             (library.ltr_widrow_hoff_stream, WIDROW_HOFF_SIGNATURE),
+            (library.ltr_bernoulli, BERNOULLI_SIGNATURE),
         ):
             function.argtypes, function.restype = signature, None
     return library
@@ -138,7 +142,7 @@ def stream(
     arrays = [pointer(tensor) for tensor in (x, y, presented, w, c)]
     out = (pointer(predictions), *predictions.stride()) if predictions is not None else (None, 0, 0, 0)
     counters = (pointer(mistakes), pointer(correct))
-    library.ltr_prank_stream(r, n, d, k, t, *arrays, *out, *counters, *recorded, torch.get_num_threads())
+    library.ltr_prank_stream(r, n, d, k, t, *arrays, *out, *counters, *recorded, threads(r * n * t))
     if w.data_ptr() != weights.data_ptr():
         weights.copy_(w.transpose(1, 2))
     if c.data_ptr() != thresholds.data_ptr():
@@ -167,7 +171,28 @@ def widrow_hoff(
         _check(predictions, (r, e, t), torch.int64, "predictions")
     out = pointer(predictions) if predictions is not None else None
     arrays = (pointer(tensor) for tensor in (x, targets, eta, weights))
-    library.ltr_widrow_hoff_stream(r, e, d, t, k, *arrays, out, torch.get_num_threads())
+    library.ltr_widrow_hoff_stream(r, e, d, t, k, *arrays, out, threads(r * e * t))
+
+
+def bernoulli(key: int, first_step: int, tau: torch.Tensor, out: torch.Tensor) -> None:
+    """Algorithm 2's draws of steps ``first_step ..`` into ``out [T, R, N]`` bool (contiguous), ``tau [R]``
+    float32: the counter-based SplitMix64 draws of ``rankers.perceptron.ensemble.counter_draws``
+    (``key``: its ``draw_key(seed)``), bit for bit."""
+    library = kernel()
+    if library is None:
+        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    t, r, n = out.shape
+    tau = tau.reshape(-1).contiguous()
+    _check(tau, (r,), torch.float32, "tau")
+    _check(out, (t, r, n), torch.bool, "out")
+    library.ltr_bernoulli(t, r, n, key, first_step, pointer(tau), pointer(out), threads(t * r * n))
+
+
+def threads(steps: int) -> int:
+    """torch's thread count for a call of at least ``PARALLEL_STEPS`` perceptron-steps, else one: a
+    small call (PRank's 20 runs of one perceptron) would spend more in the OpenMP barrier than it
+    saves, and far more on a loaded machine, where the barrier waits for a descheduled thread."""
+    return torch.get_num_threads() if steps >= PARALLEL_STEPS else 1
 
 
 def _check(tensor: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, name: str, *, contiguous: bool = True):
@@ -212,4 +237,4 @@ def voted(
         if size is not None and m and not 0 <= int(index.min()) <= int(index.max()) < size:
             raise ValueError(f"{name} must index 0..{size - 1}")
     arrays = (pointer(tensor) for tensor in (weights, thresholds, survival, run, row, xt, total))
-    library.ltr_prank_voted(m, t, d, thresholds.shape[1], *arrays, torch.get_num_threads())
+    library.ltr_prank_voted(m, t, d, thresholds.shape[1], *arrays, threads(m * t))

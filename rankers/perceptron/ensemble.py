@@ -40,6 +40,57 @@ def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
     return at_or_above.long().cumprod(-1).sum(-1)
 
 
+_MASK64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (2^64 / golden ratio)
+_MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+
+
+def _mix64(z: int) -> int:
+    """SplitMix64's output function on a Python int (mod 2^64)."""
+    z = ((z ^ (z >> 30)) * _MIX[0]) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX[1]) & _MASK64
+    return z ^ (z >> 31)
+
+
+def draw_key(seed: int) -> int:
+    """The 64-bit key of a seed's draws (mixed, so nearby seeds give unrelated streams)."""
+    return _mix64((seed * _GAMMA) & _MASK64)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: Tensor, bits: int) -> Tensor:
+    """Logical right shift of int64 holding unsigned 64-bit values (torch's ``>>`` is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def counter_draws(key: int, first_step: int, steps: int, tau: Tensor, n: int) -> Tensor:
+    """Algorithm 2's Bernoulli draws of ``steps`` examples from ``first_step`` on: ``[steps, R, N]`` bool.
+
+    Draw ``i = (step * R + r) * N + n`` is SplitMix64 (Steele, Lea & Flood 2014) at state
+    ``key + (i + 1) * GAMMA`` (mod 2^64); its top 24 bits make a float32 uniform in [0, 1), as
+    ``torch.rand`` gives them, and the perceptron is presented the example iff it is below
+    ``tau [R]``: independent Bernoulli(tau) draws that depend on their position only, so every path,
+    chunking and device draws the same ones (the C++ ``kernels.prank_cpu.bernoulli`` bit for bit,
+    tested). Here in int64 torch ops, whose products wrap mod 2^64.
+
+    Example:
+        >>> draws = counter_draws(draw_key(0), 0, 1000, torch.tensor([0.3, 1.0]), 50)
+        >>> draws.shape, bool(draws[:, 1].all()), 0.27 < draws[:, 0].float().mean().item() < 0.33
+        (torch.Size([1000, 2, 50]), True, True)
+    """
+    runs = tau.numel()
+    index = torch.arange(steps * runs * n, dtype=torch.int64, device=tau.device) + first_step * runs * n
+    z = (index + 1) * _signed(_GAMMA) + _signed(key)
+    for bits, multiplier in zip((30, 27), _MIX, strict=True):
+        z = (z ^ _shift_right(z, bits)) * _signed(multiplier)
+    z = z ^ _shift_right(z, 31)
+    uniform = _shift_right(z, 40).float() * 2.0**-24
+    return uniform.view(steps, runs, n) < tau.to(torch.float32).view(1, runs, 1)
+
+
 class PRankEnsemble:
     """R runs x N PRank perceptrons updated online (Algorithm 1 under Algorithm 2's sampling).
 
@@ -49,7 +100,7 @@ class PRankEnsemble:
         n_perceptrons: ``N``; PRank is ``n_perceptrons=1, tau=1.0``.
         tau: Bernoulli probability of presenting an example to a perceptron (one value, or one per run).
         n_runs: ``R`` independent runs (each with its own stream in ``partial_fit``).
-        seed: seeds the Bernoulli draws.
+        seed: seeds the Bernoulli draws (``counter_draws``: the same on every path and device).
         device: where the state lives.
         keep_history: store every hypothesis with its survival count, for the voted perceptron
             (``combine="voted"``, PRank-VP): in ``history``, one ``(weights [M, d], thresholds
@@ -87,7 +138,8 @@ class PRankEnsemble:
         if tau_values.numel() not in (1, n_runs) or not ((tau_values > 0) & (tau_values <= 1)).all():
             raise ValueError(f"tau must be in (0, 1], one value or one per run; got {tau}")
         self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        # Algorithm 2's draws come from a counter (counter_draws): the key and the examples drawn so far
+        self.key, self.drawn = draw_key(seed), 0
         zeros = dict(device=self.device, dtype=torch.float32)
         # stored perceptron-minor (memory [R, d, N] and [R, k-1, N], seen as [R, N, d] and
         # [R, N, k-1]): each step's score is then a row vector times a matrix, which CPU BLAS runs
@@ -108,22 +160,28 @@ class PRankEnsemble:
         self._slots: list[tuple[Tensor, Tensor, Tensor]] = []  # the tensor path's dense slots of one chunk
 
     def to(self, device: str | torch.device) -> PRankEnsemble:
-        """Move the state (and the Bernoulli generator, reseeded from its state) to ``device``."""
+        """Move the state to ``device`` (the draws go on where they were: they depend on the count)."""
         device = torch.device(device)
         if device == self.device:
             return self
         for name, value in list(vars(self).items()):
             if isinstance(value, Tensor):
                 setattr(self, name, value.to(device))
-        state = self.generator.get_state()
-        self.generator = torch.Generator(device=device)
-        if device.type == "cpu":
-            self.generator.set_state(state)
-        else:  # CUDA generators take a seed, not a CPU state
-            self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_(generator=_cpu(state))))
         self.history = [tuple(t.to(device) for t in entry) for entry in self.history]
         self.device = device
         return self
+
+    def _draw(self, steps: int) -> Tensor:
+        """The next ``steps`` examples' draws ``[steps, R, N]`` bool: the C++ loop on CPU, torch ops
+        otherwise (the same bits); all True without drawing where every tau is 1."""
+        first, self.drawn = self.drawn, self.drawn + steps
+        if bool((self.tau >= 1).all()):
+            return torch.ones(steps, self.r, self.n, dtype=torch.bool, device=self.device)
+        if self.fused and self.device.type == "cpu" and prank_cpu.kernel() is not None:
+            out = torch.empty(steps, self.r, self.n, dtype=torch.bool)
+            prank_cpu.bernoulli(self.key, first, self.tau, out)
+            return out
+        return counter_draws(self.key, first, steps, self.tau, self.n)
 
     # -- training -------------------------------------------------------------------------------
     def partial_fit(
@@ -139,7 +197,7 @@ class PRankEnsemble:
 
         ``presented [T, R, N]`` bool, if given, replaces Algorithm 2's Bernoulli(tau) draws (which
         perceptron sees which example), so that different paths or devices can be compared on
-        the same presentation; by default they are drawn from the ensemble's generator.
+        the same presentation; by default they are drawn from the ensemble's counter (``counter_draws``).
 
         Returns the predictions made *before* each update: ``[R, N, T]`` long for every perceptron,
         or with ``combine`` (``bpm``, ``bagg``, ``vp``) ``[R, T]``, the combined rule's prediction at
@@ -173,12 +231,7 @@ class PRankEnsemble:
             history = prank_cpu.History.empty(self._open, self.d, self.k - 1, (min(chunk, steps) + 1) // 2)
         for start in range(0, steps, chunk):
             stop = min(steps, start + chunk)
-            if presented is None:
-                shown = (
-                    torch.rand(stop - start, self.r, self.n, generator=self.generator, device=self.device) < self.tau
-                )
-            else:
-                shown = presented[start:stop]
+            shown = self._draw(stop - start) if presented is None else presented[start:stop]
             if kernel is not None:
                 correct_before = self.correct.clone() if combine == "vp" else None
                 if predictions is not None:
@@ -456,12 +509,6 @@ def _voted_ranks(score: Tensor, thresholds: Tensor) -> Tensor:
     if not ordered or not bool(score.sum().isfinite()):
         return rank_of(score, thresholds.unsqueeze(1))
     return torch.searchsorted(thresholds.contiguous(), score.contiguous(), right=True)
-
-
-def _cpu(state: Tensor) -> torch.Generator:
-    generator = torch.Generator()
-    generator.set_state(state)
-    return generator
 
 
 def _mean_vote(each: Tensor, votes: Tensor | None) -> Tensor:

@@ -151,11 +151,12 @@ def table1(
     with timed(seconds, f"OAP stream, {trials * repeat} runs x {n_perceptrons} perceptrons ({path})", device):
         oap.partial_fit(oap_x, oap_y, return_predictions=False)
     oap_test_x, oap_test_y = test_x.repeat(repeat, 1, 1), test_y.repeat(repeat, 1)
+    each = oap.predict(oap_test_x, "each")  # [R, N, n], read out by Bagg and VP
     for combine, name in (("bpm", "OAP-BPM"), ("bagg", "OAP-Bagg"), ("vp", "OAP-VP")):
         if combine == "bpm":
             per_run = rank_losses(oap.predict(oap_test_x, combine), oap_test_y)
         else:
-            per_run = mean_rank_losses(oap.mean_rank(oap_test_x, combine), oap_test_y)
+            per_run = mean_rank_losses(oap.mean_rank(oap_test_x, combine, each=each), oap_test_y)
         for i, tau in enumerate(taus):
             losses[f"{name} tau={tau}"] = per_run[i * trials : (i + 1) * trials]
 

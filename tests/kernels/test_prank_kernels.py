@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -271,6 +272,31 @@ def test_widrow_hoff_through_the_cpp_loop_is_the_tensor_path():
     test_x = x[:, :500]
     assert torch.equal(models["cpu"].predict(test_x), models[False].predict(test_x))
     assert models["cpu"].partial_fit(x[:, :10], y[:, :10], return_predictions=False) is None
+
+
+def splitmix64_draws(key: int, first_step: int, steps: int, tau: list[float], n: int) -> np.ndarray:
+    """The counter-based draws written again in numpy's uint64 (wrapping) arithmetic."""
+    runs = len(tau)
+    with np.errstate(over="ignore"):
+        i = np.arange(steps * runs * n, dtype=np.uint64) + np.uint64(first_step * runs * n)
+        z = np.uint64(key) + (i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    uniform = (z >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
+    return uniform.reshape(steps, runs, n) < np.asarray(tau, np.float32)[None, :, None]
+
+
+@pytest.mark.parametrize(("seed", "first", "steps", "n"), [(0, 0, 50, 1), (7, 12345, 33, 19), (2**40, 3, 5, 100)])
+def test_the_cpp_draws_are_splitmix64_as_written_in_numpy_and_torch(seed, first, steps, n):
+    needs("cpu")
+    tau = [0.3, 0.6, 0.9, 0.5 + 2**-24]
+    key = perceptron.draw_key(seed)
+    out = torch.empty(steps, len(tau), n, dtype=torch.bool)
+    prank_cpu.bernoulli(key, first, torch.tensor(tau), out)
+    expected = splitmix64_draws(key, first, steps, tau, n)
+    assert np.array_equal(out.numpy(), expected)
+    assert torch.equal(perceptron.counter_draws(key, first, steps, torch.tensor(tau), n), out)
 
 
 # -- without the C++ kernel (how it is built and found: test_native.py) ------------------------------
