@@ -247,36 +247,53 @@ void ltr_bernoulli(int64_t T, int64_t R, int64_t N, uint64_t key, int64_t step0,
 // each run's test points feature-major, xt [runs, d, T] float: total[row[m] * T + t] +=
 // survival[m] * rank_m(x[run[m], t]), where rank_m counts the leading thresholds <= w_m . x
 // (Algorithm 1's min, as rank_of in rankers/perceptron/ensemble.py). Each thread owns a block of
-// test points (no two write one total) and runs it over the hypotheses, the test points across
-// SIMD lanes; the sums are of integers in double, so exact in any order.
+// test points (no two write one total) and runs it over the hypotheses, each step a loop across
+// the block's test points (SIMD lanes); the sums are of integers in double, so exact in any order.
+constexpr int64_t VOTED_BLOCK = 256;  // test points per work item
+
 __attribute__((target_clones("arch=haswell", "default")))
 void voted_block(int64_t M, int64_t T, int64_t d, int64_t K, const float* weights, const float* thresholds,
                  const double* survival, const int64_t* run, const int64_t* row, const float* xt, double* total,
                  int64_t first, int64_t last) {
+  const int64_t B = last - first;  // at most VOTED_BLOCK
+  float score[VOTED_BLOCK];
+  int32_t alive[VOTED_BLOCK], rank[VOTED_BLOCK];
   for (int64_t m = 0; m < M; ++m) {
     const float* w = weights + m * d;
     const float* c = thresholds + m * K;
-    const float* xs = xt + run[m] * d * T;
-    double* out = total + row[m] * T;
+    const float* xs = xt + run[m] * d * T + first;
+    double* out = total + row[m] * T + first;
     const double vote = survival[m];
 #pragma omp simd
-    for (int64_t t = first; t < last; ++t) {
-      float score = 0.f;
-      for (int64_t j = 0; j < d; ++j) score += w[j] * xs[j * T + t];
-      int alive = 1, rank = 0;
-      for (int64_t q = 0; q < K; ++q) {
-        alive &= (score - c[q] >= 0.f);
-        rank += alive;
-      }
-      out[t] += vote * static_cast<double>(rank);
+    for (int64_t t = 0; t < B; ++t) score[t] = 0.f;
+    for (int64_t j = 0; j < d; ++j) {  // loops across the test points, as the stream's across perceptrons
+      const float wj = w[j];
+      const float* xj = xs + j * T;
+#pragma omp simd
+      for (int64_t t = 0; t < B; ++t) score[t] += wj * xj[t];
     }
+#pragma omp simd
+    for (int64_t t = 0; t < B; ++t) {
+      alive[t] = 1;
+      rank[t] = 0;
+    }
+    for (int64_t q = 0; q < K; ++q) {
+      const float cq = c[q];
+#pragma omp simd
+      for (int64_t t = 0; t < B; ++t) {
+        alive[t] &= (score[t] - cq >= 0.f);
+        rank[t] += alive[t];
+      }
+    }
+#pragma omp simd
+    for (int64_t t = 0; t < B; ++t) out[t] += vote * static_cast<double>(rank[t]);
   }
 }
 
 void ltr_prank_voted(int64_t M, int64_t T, int64_t d, int64_t K, const float* weights, const float* thresholds,
                      const double* survival, const int64_t* run, const int64_t* row, const float* xt, double* total,
                      int threads) {
-  const int64_t TB = 256;
+  const int64_t TB = VOTED_BLOCK;
   const int64_t blocks = (T + TB - 1) / TB;
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t b = 0; b < blocks; ++b) {

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from kernels import prank_cpu, prank_triton
+from kernels import prank_cpu
 
 Combine = Literal["bpm", "bagg", "vp", "voted", "each"]
 Fused = bool | Literal["cpu", "triton"]
@@ -36,8 +36,17 @@ def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
     ``scores [...]``, ``thresholds [..., k-1]`` -> ``[...]`` long. Counting leading entries (rather
     than all entries) keeps the paper's ``min`` exact even if thresholds were out of order.
     """
-    at_or_above = scores.unsqueeze(-1) - thresholds >= 0
-    return at_or_above.long().cumprod(-1).sum(-1)
+    # threshold by threshold, no [..., k-1] intermediate (5x faster than a cumulative product of it)
+    count = torch.uint8 if thresholds.shape[-1] < 256 else torch.int32
+    rank = alive = None
+    for q in range(thresholds.shape[-1]):
+        at_or_above = scores - thresholds[..., q] >= 0
+        alive = at_or_above if alive is None else alive & at_or_above
+        rank = alive.to(count) if rank is None else rank.add_(alive)
+    if rank is None:  # no thresholds: one rank
+        shape = torch.broadcast_shapes(scores.shape, thresholds.shape[:-1])
+        return torch.zeros(shape, dtype=torch.long, device=scores.device)
+    return rank.long()
 
 
 _MASK64 = (1 << 64) - 1
@@ -315,8 +324,11 @@ class PRankEnsemble:
             if self.fused == "triton":
                 raise RuntimeError("fused='triton' does not record the voted history (keep_history=True)")
             return None
-        if wanted == "triton" and prank_triton.available(self.device):
-            return prank_triton.stream
+        if wanted == "triton":
+            from kernels import prank_triton  # imports Triton (0.1 s): only where it may run
+
+            if prank_triton.available(self.device):
+                return prank_triton.stream
         if wanted == "cpu" and self.device.type == "cpu" and prank_cpu.kernel() is not None:
             return prank_cpu.stream
         if isinstance(self.fused, str):
@@ -326,7 +338,7 @@ class PRankEnsemble:
     def _empty_predictions(self, steps: int, kernel) -> Tensor:
         """``[R, N, T]`` long; perceptron-minor in memory for the Triton kernel (coalesced stores)."""
         options = dict(dtype=torch.long, device=self.device)
-        if kernel is prank_triton.stream:
+        if kernel is not None and kernel is not prank_cpu.stream:  # the Triton kernel's
             return torch.empty(self.r, steps, self.n, **options).transpose(1, 2)
         return torch.empty(self.r, self.n, steps, **options)
 
