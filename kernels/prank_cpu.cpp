@@ -45,8 +45,11 @@ struct Stream {
 
 // The voted history of the perceptrons [first, first + B) of run r at one example: a correct
 // presented round extends the current hypothesis' survival; a mistake closes it, and it is stored
-// (pre-update) if it survived a round, as the tensor path's slots keep it.
-void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* shown, const int32_t* wrong) {
+// (pre-update) if it survived a round, as the tensor path's slots keep it. w and c are the item's
+// state (w[j * N + i], c[q * N + i]), passed in so that it is read through the pointers it is
+// written through.
+void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* shown, const int32_t* wrong,
+            const float* w, const float* c) {
   const int64_t d = s.d, K = s.K, N = s.N;
   for (int64_t i = 0; i < B; ++i) {
     const int64_t p = r * N + first + i;
@@ -58,8 +61,8 @@ void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* sh
     if (s.open[p] > 0.f) {
       const int64_t m = s.hist_n[p]++;
       if (m < s.cap) {  // cannot overflow with cap >= (T + 1) / 2; the caller checks hist_n anyway
-        for (int64_t j = 0; j < d; ++j) s.hist_w[(p * s.cap + m) * d + j] = s.w[(r * d + j) * N + first + i];
-        for (int64_t q = 0; q < K; ++q) s.hist_c[(p * s.cap + m) * K + q] = s.c[(r * K + q) * N + first + i];
+        for (int64_t j = 0; j < d; ++j) s.hist_w[(p * s.cap + m) * d + j] = w[j * N + i];
+        for (int64_t q = 0; q < K; ++q) s.hist_c[(p * s.cap + m) * K + q] = c[q * N + i];
         s.hist_s[p * s.cap + m] = s.open[p];
       }
     }
@@ -75,12 +78,13 @@ void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* sh
 __attribute__((target_clones("arch=haswell", "default")))
 void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
   const int64_t d = s.d, K = s.K, N = s.N, B = last - first;
-  float* w = s.w + r * d * N + first;  // w[j * N + i]: perceptron first + i, feature j
-  float* c = s.c + r * K * N + first;
-  float* mistakes = s.mistakes + r * N + first;
-  float* correct = s.correct + r * N + first;
-  float score[LANES], total[LANES];
-  int32_t predicted[LANES], wrong[LANES];
+  // distinct arrays (restrict: no runtime alias checks around every loop)
+  float* __restrict__ w = s.w + r * d * N + first;  // w[j * N + i]: perceptron first + i, feature j
+  float* __restrict__ c = s.c + r * K * N + first;
+  float* __restrict__ mistakes = s.mistakes + r * N + first;
+  float* __restrict__ correct = s.correct + r * N + first;
+  alignas(32) float score[LANES], total[LANES];
+  alignas(32) int32_t predicted[LANES], wrong[LANES];
   if (s.open) {
     for (int64_t i = 0; i < B; ++i) s.hist_n[r * N + first + i] = 0;
   }
@@ -115,7 +119,7 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
       correct[i] += static_cast<float>(presented & (predicted[i] == label));
       any |= wrong[i];
     }
-    if (s.open) record(s, r, first, B, shown, wrong);
+    if (s.open) record(s, r, first, B, shown, wrong, w, c);
     if (!any) continue;
 #pragma omp simd
     for (int64_t i = 0; i < B; ++i) total[i] = 0.f;  // sum_r a(r)
