@@ -24,6 +24,10 @@ Fused = bool | Literal["cpu", "triton"]
 
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
 CHUNK = 2048
+# The C++ loop needs no per-step tensors, so it takes longer chunks: fewer per-chunk tensor ops (each a
+# round trip through torch's thread pool, milliseconds on a loaded machine), within DRAW_BYTES of draws.
+CPU_CHUNK = 16384
+DRAW_BYTES = 64 << 20
 # stored hypotheses scored together by the voted perceptron's tensor path
 VOTED_CHUNK = 1 << 14
 # the C++ stream's history buffers per call: the chunk is shortened where R * N perceptrons would need more
@@ -234,9 +238,11 @@ class PRankEnsemble:
         predictions = self._empty_predictions(steps, kernel) if keep else None
         combined = torch.empty(self.r, steps, dtype=torch.long, device=self.device) if combine else None
         chunk, history = CHUNK, None
+        if kernel is prank_cpu.stream:
+            chunk = max(1, min(CPU_CHUNK, DRAW_BYTES // (self.r * self.n)))
         if kernel is prank_cpu.stream and self.keep_history:
             per_step = self.r * self.n * (self.d + self.k) * 4  # one record per perceptron
-            chunk = max(2, min(CHUNK, 2 * HISTORY_BYTES // per_step))
+            chunk = max(2, min(chunk, 2 * HISTORY_BYTES // per_step))
             history = prank_cpu.History.empty(self._open, self.d, self.k - 1, (min(chunk, steps) + 1) // 2)
         for start in range(0, steps, chunk):
             stop = min(steps, start + chunk)

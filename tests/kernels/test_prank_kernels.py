@@ -100,6 +100,7 @@ def test_chunks_runs_and_own_draws(path, monkeypatch):
     """Several chunks of one stream, R runs each with its own stream and tau, draws from the generator."""
     needs(path)
     monkeypatch.setattr(perceptron, "CHUNK", 16)
+    monkeypatch.setattr(perceptron, "CPU_CHUNK", 16)
     runs, steps, d, n, k = 3, 40, 3, 6, 3
     g = torch.Generator().manual_seed(7)
     x, y = torch.randn(runs, steps, d, generator=g), torch.randint(0, k, (runs, steps), generator=g)
@@ -133,6 +134,7 @@ def test_online_bagg_and_vp_from_the_kernels_equal_the_tensor_path(path, combine
     predictions and running vote counts: the same as the tensor path's round-by-round rule."""
     needs(path)
     monkeypatch.setattr(perceptron, "CHUNK", 8)  # votes carried across chunks
+    monkeypatch.setattr(perceptron, "CPU_CHUNK", 8)
     runs, steps, d, n, k = 2, 20, 3, 7, 4
     x, y, presented = exact_stream(5, runs, steps, d, k, n, tau=0.5)
     fused = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
@@ -195,6 +197,7 @@ def test_the_cpp_stream_records_the_voted_history_of_the_tensor_path(n, tau, mon
     several chunks (history buffers refilled, open survivals carried across chunks and calls)."""
     needs("cpu")
     monkeypatch.setattr(perceptron, "CHUNK", 32)
+    monkeypatch.setattr(perceptron, "CPU_CHUNK", 32)
     runs, steps, d, k = 3, 300, 4, 5
     x, y, presented = exact_stream(9, runs, steps, d, k, n, tau=tau)
     test_x = torch.randint(-3, 4, (runs, 60, d), generator=torch.Generator().manual_seed(10)).float() / 2

@@ -145,6 +145,7 @@ def test_counter_draws_are_independent_bernoulli_draws():
 def test_counter_draws_do_not_depend_on_chunks_or_paths(monkeypatch):
     """Drawn in one call or in pieces, by the C++ loop or by torch ops: the same presentations."""
     monkeypatch.setattr(ensemble_module, "CHUNK", 64)
+    monkeypatch.setattr(ensemble_module, "CPU_CHUNK", 64)
     x, y = stream(8, runs=2, steps=300, d=3, k=4)
     models = [PRankEnsemble(3, 4, n_perceptrons=9, tau=[0.3, 0.8], n_runs=2, seed=5, fused=f) for f in (True, False)]
     models[0].partial_fit(x, y)
