@@ -207,7 +207,9 @@ const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
 // predicted before each update) or null, mistakes and
 // correct [R, N] float (contiguous, incremented by the presented examples mispredicted / not).
 // With open non-null, the voted perceptron's history as in struct Stream (cap records per
-// perceptron). The (run, block of perceptrons) items are spread over `threads` threads.
+// perceptron). The (run, block of perceptrons) items are spread over `threads` threads, taken one
+// at a time (dynamic: on a loaded machine a thread that loses its core does not hold the other at
+// the end of the call with a fixed half of the items; the results do not depend on who runs what).
 void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, const float* x, const int64_t* y,
                       const bool* presented, float* weights, float* thresholds, int64_t* predictions, int64_t out_r,
                       int64_t out_n, int64_t out_t, float* mistakes, float* correct, float* open, float* hist_w,
@@ -216,7 +218,7 @@ void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, con
                  mistakes, correct, open, hist_w, hist_c, hist_s, hist_n, cap};
   const int64_t blocks = (N + LANES - 1) / LANES;
   const int64_t width = (N + blocks - 1) / blocks;  // N = 100: two items of 50, not 64 and 36
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t item = 0; item < R * blocks; ++item) {
     const int64_t r = item / blocks, first = (item % blocks) * width;
     stream_block(s, r, first, std::min(N, first + width));
@@ -228,7 +230,7 @@ void ltr_prank_stream(int64_t R, int64_t N, int64_t d, int64_t K, int64_t T, con
 // rounded estimate before each update) or null. One (run, rate) per work item.
 void ltr_widrow_hoff_stream(int64_t R, int64_t E, int64_t d, int64_t T, int64_t k, const float* x, const float* y,
                             const float* eta, float* weights, int64_t* predictions, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t item = 0; item < R * E; ++item) {
     const int64_t r = item / E, e = item % E;
     widrow_hoff_one(T, d, k, x + r * T * d, y + r * T, eta[e], weights + item * d,
@@ -239,8 +241,8 @@ void ltr_widrow_hoff_stream(int64_t R, int64_t E, int64_t d, int64_t T, int64_t 
 // The draws of steps step0 .. step0 + T - 1: out [T, R, N] bool (contiguous), tau [R] float.
 void ltr_bernoulli(int64_t T, int64_t R, int64_t N, uint64_t key, int64_t step0, const float* tau, bool* out,
                    int threads) {
-  const int64_t rows = T * R, BLOCK = 256;
-#pragma omp parallel for schedule(static) num_threads(threads)
+  const int64_t rows = T * R, BLOCK = 1024;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t first = 0; first < rows; first += BLOCK) {
     bernoulli_rows(first, std::min(rows, first + BLOCK), R, N, key, step0, tau, out);
   }
