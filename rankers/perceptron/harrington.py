@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from datamodules.harrington_data import harrington_synthetic, polynomial_features
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from rankers.plots import paper_table_plot
+from rankers.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,9 @@ def table1(
         return table1(**options, out_dir=cfg.paths.output_dir)
     start = time.perf_counter()
     device = torch.device(device or "cpu")
-    x, y, test_x, test_y = (t.to(device) for t in make_trials(trials, n_train, n_test, seed))
+    with torch_threads(1):  # small ops: threads would wait more than they work (10x on a loaded machine)
+        data = make_trials(trials, n_train, n_test, seed)
+    x, y, test_x, test_y = (t.to(device) for t in data)
     losses: dict[str, torch.Tensor] = {}
     seconds: dict[str, float] = {}
 
