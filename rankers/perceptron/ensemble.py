@@ -54,6 +54,7 @@ def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
 
 
 _MASK64 = (1 << 64) - 1
+DRAW_BLOCK = 1 << 24  # counter_draws' torch ops take this many draws at a time (int64 temporaries ~128 MB)
 _GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (2^64 / golden ratio)
 _MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
 
@@ -95,13 +96,20 @@ def counter_draws(key: int, first_step: int, steps: int, tau: Tensor, n: int) ->
         (torch.Size([1000, 2, 50]), True, True)
     """
     runs = tau.numel()
-    index = torch.arange(steps * runs * n, dtype=torch.int64, device=tau.device) + first_step * runs * n
-    z = (index + 1) * _signed(_GAMMA) + _signed(key)
-    for bits, multiplier in zip((30, 27), _MIX, strict=True):
-        z = (z ^ _shift_right(z, bits)) * _signed(multiplier)
-    z = z ^ _shift_right(z, 31)
-    uniform = _shift_right(z, 40).float() * 2.0**-24
-    return uniform.view(steps, runs, n) < tau.to(torch.float32).view(1, runs, 1)
+    tau = tau.to(torch.float32).view(1, runs, 1)
+    out = torch.empty(steps, runs, n, dtype=torch.bool, device=tau.device)
+    block = max(1, DRAW_BLOCK // max(1, runs * n))  # examples at a time: bounded int64 temporaries
+    for start in range(0, steps, block):
+        stop = min(steps, start + block)
+        first = (first_step + start) * runs * n
+        index = torch.arange(first, first + (stop - start) * runs * n, dtype=torch.int64, device=tau.device)
+        z = (index + 1) * _signed(_GAMMA) + _signed(key)
+        for bits, multiplier in zip((30, 27), _MIX, strict=True):
+            z = (z ^ _shift_right(z, bits)) * _signed(multiplier)
+        z = z ^ _shift_right(z, 31)
+        uniform = _shift_right(z, 40).float() * 2.0**-24
+        out[start:stop] = uniform.view(stop - start, runs, n) < tau
+    return out
 
 
 class PRankEnsemble:

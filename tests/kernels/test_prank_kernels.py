@@ -302,6 +302,13 @@ def test_the_cpp_draws_are_splitmix64_as_written_in_numpy_and_torch(seed, first,
     assert torch.equal(perceptron.counter_draws(key, first, steps, torch.tensor(tau), n), out)
 
 
+def test_counter_draws_in_blocks_are_the_same_draws(monkeypatch):
+    monkeypatch.setattr(perceptron, "DRAW_BLOCK", 100)  # 2 examples of 4 runs x 13 at a time
+    tau = [0.2, 0.4, 0.6, 0.8]
+    got = perceptron.counter_draws(perceptron.draw_key(3), 5, 9, torch.tensor(tau), 13)
+    assert np.array_equal(got.numpy(), splitmix64_draws(perceptron.draw_key(3), 5, 9, tau, 13))
+
+
 # -- without the C++ kernel (how it is built and found: test_native.py) ------------------------------
 
 
