@@ -328,9 +328,9 @@ class PRankEnsemble:
     def _kernel(self, combine: Combine | None):
         """The fused kernel for this call (``stream`` of ``kernels.prank_cpu`` or ``prank_triton``), or
         None for the tensor path. Online Bagg and VP predictions follow from every perceptron's own
-        predictions (and VP's running counts), which the kernels return; BPM's averaged hypothesis
-        and the voted history need every perceptron's state after every round, so those take the
-        tensor path. The C++ stream also records the voted history; the Triton kernel does not."""
+        predictions (and VP's running counts), which the kernels return; online BPM needs the
+        averaged state after every round, so it takes the tensor path. The C++ stream also records
+        the voted history (``keep_history``); with it, CUDA runs take the tensor path."""
         if not self.fused or combine not in (None, "bagg", "vp"):
             return None
         wanted = self.fused if isinstance(self.fused, str) else ("triton" if self.device.type == "cuda" else "cpu")
