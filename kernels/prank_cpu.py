@@ -1,9 +1,12 @@
-"""PRank / OAP stream on CPU as one C++ loop (``prank_cpu.cpp``), built once and cached.
+"""PRank / OAP stream on CPU as one C++ loop (``prank_cpu.cpp``), built once and cached; beside it
+the voted perceptron's history (PRank-VP) recorded in the stream, its evaluation (``voted``),
+Widrow-Hoff's stream (``widrow_hoff``) and Algorithm 2's counter-based draws (``bernoulli``).
 
 Why it exists: on CPU the tensor path pays a dozen op dispatches per example whatever the
-arithmetic; this loop keeps a block of perceptrons of one run in cache for the whole stream and
-spreads the (run, block) items over the cores. Reference: the tensor path
-``rankers.perceptron.PRankEnsemble(fused=False)``; parity tests in ``tests/kernels/``.
+arithmetic; this loop keeps up to 64 perceptrons of one run side by side in SIMD lanes, in cache
+for the whole stream, and spreads the (run, block) items over the cores. Reference: the tensor
+paths of ``rankers.perceptron.PRankEnsemble(fused=False)``, ``WidrowHoff(fused=False)`` and
+``rankers.perceptron.ensemble.counter_draws``; parity tests in ``tests/kernels/``.
 
 Build: ``pip install -e .`` compiles it (``setup.py``); a checkout used without installing compiles
 it once on first use (a second, announced on stderr). Where it comes from, the source-hash check and
