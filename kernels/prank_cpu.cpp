@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -43,30 +44,29 @@ struct Stream {
   int64_t cap;
 };
 
-// The voted history of the perceptrons [first, first + B) of run r at one example: a correct
-// presented round extends the current hypothesis' survival; a mistake closes it, and it is stored
-// (pre-update) if it survived a round, as the tensor path's slots keep it. w and c are the item's
-// state (w[j * N + i], c[q * N + i]), passed in so that it is read through the pointers it is
-// written through.
+// The voted history of a work item's perceptrons at one example: a correct presented round
+// extends the current hypothesis' survival; a mistake closes it, and it is stored (pre-update) if
+// it survived a round, as the tensor path's slots keep it. w, c, open and count are the item's own
+// copies (lane i: w[j * B + i], c[q * B + i], open[i], count[i]); perceptron first + i of run r
+// writes its records at row p = r * N + first + i of hist_*.
 void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* shown, const int32_t* wrong,
-            const float* w, const float* c) {
-  const int64_t d = s.d, K = s.K, N = s.N;
+            const float* w, const float* c, float* open, int64_t* count) {
+  const int64_t d = s.d, K = s.K;
   for (int64_t i = 0; i < B; ++i) {
-    const int64_t p = r * N + first + i;
     if (!shown[i]) continue;
     if (!wrong[i]) {
-      s.open[p] += 1.f;
+      open[i] += 1.f;
       continue;
     }
-    if (s.open[p] > 0.f) {
-      const int64_t m = s.hist_n[p]++;
+    if (open[i] > 0.f) {
+      const int64_t p = r * s.N + first + i, m = count[i]++;
       if (m < s.cap) {  // cannot overflow with cap >= (T + 1) / 2; the caller checks hist_n anyway
-        for (int64_t j = 0; j < d; ++j) s.hist_w[(p * s.cap + m) * d + j] = w[j * N + i];
-        for (int64_t q = 0; q < K; ++q) s.hist_c[(p * s.cap + m) * K + q] = c[q * N + i];
-        s.hist_s[p * s.cap + m] = s.open[p];
+        for (int64_t j = 0; j < d; ++j) s.hist_w[(p * s.cap + m) * d + j] = w[j * B + i];
+        for (int64_t q = 0; q < K; ++q) s.hist_c[(p * s.cap + m) * K + q] = c[q * B + i];
+        s.hist_s[p * s.cap + m] = open[i];
       }
     }
-    s.open[p] = 0.f;
+    open[i] = 0.f;
   }
 }
 
@@ -75,19 +75,31 @@ void record(const Stream& s, int64_t r, int64_t first, int64_t B, const bool* sh
 // lanes: no branch on a Bernoulli draw or a mistake, and a perceptron not presented the example or
 // predicting it right gets a zero step (selected away, so its state is untouched bit for bit).
 // Each score is summed over j in order, without fused multiply-adds.
+//
+// The item streams a private copy of its state (weights, thresholds, counters, survivals),
+// written back at the end: two items share cache lines where their perceptrons meet in a row of
+// [R, d, N] (the two halves of a run's 100 perceptrons, say), and updating them from two threads
+// at every step cost three times the work in cache-line transfers.
 __attribute__((target_clones("arch=haswell", "default")))
 void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
   const int64_t d = s.d, K = s.K, N = s.N, B = last - first;
-  // distinct arrays (restrict: no runtime alias checks around every loop)
-  float* __restrict__ w = s.w + r * d * N + first;  // w[j * N + i]: perceptron first + i, feature j
-  float* __restrict__ c = s.c + r * K * N + first;
-  float* __restrict__ mistakes = s.mistakes + r * N + first;
-  float* __restrict__ correct = s.correct + r * N + first;
+  std::vector<float> state((d + K + 3) * B);
+  std::vector<int64_t> count(B, 0);
+  float* __restrict__ w = state.data();  // w[j * B + i]: perceptron first + i, feature j
+  float* __restrict__ c = w + d * B;
+  float* __restrict__ mistakes = c + K * B;
+  float* __restrict__ correct = mistakes + B;
+  float* __restrict__ open = correct + B;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t p = r * N + first + i;
+    for (int64_t j = 0; j < d; ++j) w[j * B + i] = s.w[(r * d + j) * N + first + i];
+    for (int64_t q = 0; q < K; ++q) c[q * B + i] = s.c[(r * K + q) * N + first + i];
+    mistakes[i] = s.mistakes[p];
+    correct[i] = s.correct[p];
+    open[i] = s.open ? s.open[p] : 0.f;
+  }
   alignas(32) float score[LANES], total[LANES];
   alignas(32) int32_t predicted[LANES], wrong[LANES];
-  if (s.open) {
-    for (int64_t i = 0; i < B; ++i) s.hist_n[r * N + first + i] = 0;
-  }
   for (int64_t t = 0; t < s.T; ++t) {
     const float* xt = s.x + (r * s.T + t) * d;
     const int32_t label = static_cast<int32_t>(s.y[r * s.T + t]);
@@ -96,14 +108,14 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
     for (int64_t i = 0; i < B; ++i) score[i] = 0.f;
     for (int64_t j = 0; j < d; ++j) {
       const float xj = xt[j];
-      const float* wj = w + j * N;
+      const float* wj = w + j * B;
 #pragma omp simd
       for (int64_t i = 0; i < B; ++i) score[i] += wj[i] * xj;
     }
 #pragma omp simd
     for (int64_t i = 0; i < B; ++i) predicted[i] = 0;
     for (int64_t q = 0; q < K; ++q) {  // thresholds stay ordered (Lemma 1): count those <= score
-      const float* cq = c + q * N;
+      const float* cq = c + q * B;
 #pragma omp simd
       for (int64_t i = 0; i < B; ++i) predicted[i] += (score[i] - cq[i] >= 0.f);
     }
@@ -119,13 +131,13 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
       correct[i] += static_cast<float>(presented & (predicted[i] == label));
       any |= wrong[i];
     }
-    if (s.open) record(s, r, first, B, shown, wrong, w, c);
+    if (s.open) record(s, r, first, B, shown, wrong, w, c, open, count.data());
     if (!any) continue;
 #pragma omp simd
     for (int64_t i = 0; i < B; ++i) total[i] = 0.f;  // sum_r a(r)
     for (int64_t q = 0; q < K; ++q) {
       const float sign = label <= q ? -1.f : 1.f;  // l(r), Algorithm 1 line 4
-      float* cq = c + q * N;
+      float* cq = c + q * B;
 #pragma omp simd
       for (int64_t i = 0; i < B; ++i) {
         const int32_t hit = wrong[i] & ((score[i] - cq[i]) * sign <= 0.f);  // lines 6-8
@@ -136,12 +148,23 @@ void stream_block(const Stream& s, int64_t r, int64_t first, int64_t last) {
     }
     for (int64_t j = 0; j < d; ++j) {
       const float xj = xt[j];
-      float* wj = w + j * N;
+      float* wj = w + j * B;
 #pragma omp simd
       for (int64_t i = 0; i < B; ++i) {
         const float updated = wj[i] + total[i] * xj;
         wj[i] = wrong[i] ? updated : wj[i];  // a select, not w + 0 * x (which an infinite x would spoil)
       }
+    }
+  }
+  for (int64_t i = 0; i < B; ++i) {  // the state back
+    const int64_t p = r * N + first + i;
+    for (int64_t j = 0; j < d; ++j) s.w[(r * d + j) * N + first + i] = w[j * B + i];
+    for (int64_t q = 0; q < K; ++q) s.c[(r * K + q) * N + first + i] = c[q * B + i];
+    s.mistakes[p] = mistakes[i];
+    s.correct[p] = correct[i];
+    if (s.open) {
+      s.open[p] = open[i];
+      s.hist_n[p] = count[i];
     }
   }
 }
