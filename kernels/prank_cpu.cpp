@@ -200,8 +200,10 @@ void bernoulli_rows(int64_t first, int64_t last, int64_t R, int64_t N, uint64_t 
 // Widrow-Hoff (the paper's baseline) for one (run, rate): w += eta (y - w.x) x per example, the
 // estimate rounded to the nearest rank in 0..k-1 before the update (halves up), as
 // rankers.perceptron.ensemble.WidrowHoff's tensor path does it in float32.
-void widrow_hoff_one(int64_t T, int64_t d, int64_t k, const float* x, const float* y, float eta, float* w,
+// The weights are updated in a private copy (neighbouring items' weights share cache lines).
+void widrow_hoff_one(int64_t T, int64_t d, int64_t k, const float* x, const float* y, float eta, float* weights,
                      int64_t* out) {
+  std::vector<float> w(weights, weights + d);
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * d;
     float estimate = 0.f;
@@ -211,6 +213,7 @@ void widrow_hoff_one(int64_t T, int64_t d, int64_t k, const float* x, const floa
     const float step = eta * (y[t] - estimate);
     for (int64_t j = 0; j < d; ++j) w[j] += step * xt[j];
   }
+  std::copy(w.begin(), w.end(), weights);
 }
 
 }  // namespace
