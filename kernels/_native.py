@@ -69,7 +69,14 @@ class KernelSpec:
 KERNELS: dict[str, KernelSpec] = {
     spec.name: spec
     for spec in (
-        KernelSpec("prank_cpu", "PRank CPU kernel", ("-O3", "-fopenmp"), ("-fopenmp",)),
+        # -fno-trapping-math: lets GCC turn the stream's masked updates into SIMD selects (no value
+        # changes: nothing here traps); no fused multiply-adds, as the tensor path rounds each product
+        KernelSpec(
+            "prank_cpu",
+            "PRank CPU kernel",
+            ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp"),
+            ("-fopenmp",),
+        ),
         # no contraction into fused multiply-adds: the tensor path rounds each product and each sum
         KernelSpec(
             "pairwise_perceptron_cpu",

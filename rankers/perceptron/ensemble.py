@@ -17,15 +17,21 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from kernels import prank_cpu, prank_triton
+from kernels import prank_cpu
 
 Combine = Literal["bpm", "bagg", "vp", "voted", "each"]
 Fused = bool | Literal["cpu", "triton"]
 
 # Bernoulli draws and labels prepared per chunk of the stream, so a step does no allocation.
 CHUNK = 2048
-# stored hypotheses scored together by the voted perceptron
-VOTED_CHUNK = 1024
+# The C++ loop needs no per-step tensors, so it takes longer chunks: fewer per-chunk tensor ops (each a
+# round trip through torch's thread pool, milliseconds on a loaded machine), within DRAW_BYTES of draws.
+CPU_CHUNK = 16384
+DRAW_BYTES = 64 << 20
+# stored hypotheses scored together by the voted perceptron's tensor path
+VOTED_CHUNK = 1 << 14
+# the C++ stream's history buffers per call: the chunk is shortened where R * N perceptrons would need more
+HISTORY_BYTES = 64 << 20
 
 
 def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
@@ -34,8 +40,76 @@ def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
     ``scores [...]``, ``thresholds [..., k-1]`` -> ``[...]`` long. Counting leading entries (rather
     than all entries) keeps the paper's ``min`` exact even if thresholds were out of order.
     """
-    at_or_above = scores.unsqueeze(-1) - thresholds >= 0
-    return at_or_above.long().cumprod(-1).sum(-1)
+    # threshold by threshold, no [..., k-1] intermediate (5x faster than a cumulative product of it)
+    count = torch.uint8 if thresholds.shape[-1] < 256 else torch.int32
+    rank = alive = None
+    for q in range(thresholds.shape[-1]):
+        at_or_above = scores - thresholds[..., q] >= 0
+        alive = at_or_above if alive is None else alive & at_or_above
+        rank = alive.to(count) if rank is None else rank.add_(alive)
+    if rank is None:  # no thresholds: one rank
+        shape = torch.broadcast_shapes(scores.shape, thresholds.shape[:-1])
+        return torch.zeros(shape, dtype=torch.long, device=scores.device)
+    return rank.long()
+
+
+_MASK64 = (1 << 64) - 1
+DRAW_BLOCK = 1 << 24  # counter_draws' torch ops take this many draws at a time (int64 temporaries ~128 MB)
+_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (2^64 / golden ratio)
+_MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+
+
+def _mix64(z: int) -> int:
+    """SplitMix64's output function on a Python int (mod 2^64)."""
+    z = ((z ^ (z >> 30)) * _MIX[0]) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX[1]) & _MASK64
+    return z ^ (z >> 31)
+
+
+def draw_key(seed: int) -> int:
+    """The 64-bit key of a seed's draws (mixed, so nearby seeds give unrelated streams)."""
+    return _mix64((seed * _GAMMA) & _MASK64)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: Tensor, bits: int) -> Tensor:
+    """Logical right shift of int64 holding unsigned 64-bit values (torch's ``>>`` is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def counter_draws(key: int, first_step: int, steps: int, tau: Tensor, n: int) -> Tensor:
+    """Algorithm 2's Bernoulli draws of ``steps`` examples from ``first_step`` on: ``[steps, R, N]`` bool.
+
+    Draw ``i = (step * R + r) * N + n`` is SplitMix64 (Steele, Lea & Flood 2014) at state
+    ``key + (i + 1) * GAMMA`` (mod 2^64); its top 24 bits make a float32 uniform in [0, 1), as
+    ``torch.rand`` gives them, and the perceptron is presented the example iff it is below
+    ``tau [R]``: independent Bernoulli(tau) draws that depend on their position only, so every path,
+    chunking and device draws the same ones (the C++ ``kernels.prank_cpu.bernoulli`` bit for bit,
+    tested). Here in int64 torch ops, whose products wrap mod 2^64.
+
+    Example:
+        >>> draws = counter_draws(draw_key(0), 0, 1000, torch.tensor([0.3, 1.0]), 50)
+        >>> draws.shape, bool(draws[:, 1].all()), 0.27 < draws[:, 0].float().mean().item() < 0.33
+        (torch.Size([1000, 2, 50]), True, True)
+    """
+    runs = tau.numel()
+    tau = tau.to(torch.float32).view(1, runs, 1)
+    out = torch.empty(steps, runs, n, dtype=torch.bool, device=tau.device)
+    block = max(1, DRAW_BLOCK // max(1, runs * n))  # examples at a time: bounded int64 temporaries
+    for start in range(0, steps, block):
+        stop = min(steps, start + block)
+        first = (first_step + start) * runs * n
+        index = torch.arange(first, first + (stop - start) * runs * n, dtype=torch.int64, device=tau.device)
+        z = (index + 1) * _signed(_GAMMA) + _signed(key)
+        for bits, multiplier in zip((30, 27), _MIX, strict=True):
+            z = (z ^ _shift_right(z, bits)) * _signed(multiplier)
+        z = z ^ _shift_right(z, 31)
+        uniform = _shift_right(z, 40).float() * 2.0**-24
+        out[start:stop] = uniform.view(stop - start, runs, n) < tau
+    return out
 
 
 class PRankEnsemble:
@@ -47,10 +121,13 @@ class PRankEnsemble:
         n_perceptrons: ``N``; PRank is ``n_perceptrons=1, tau=1.0``.
         tau: Bernoulli probability of presenting an example to a perceptron (one value, or one per run).
         n_runs: ``R`` independent runs (each with its own stream in ``partial_fit``).
-        seed: seeds the Bernoulli draws.
+        seed: seeds the Bernoulli draws (``counter_draws``: the same on every path and device).
         device: where the state lives.
         keep_history: store every hypothesis with its survival count, for the voted perceptron
-            (``combine="voted"``, PRank-VP); memory ``R * N * (updates + 1) * (d + k - 1)``.
+            (``combine="voted"``, PRank-VP): in ``history``, one ``(weights [M, d], thresholds
+            [M, k-1], survival [M], row [M])`` per chunk of the stream, the M hypotheses closed by a
+            mistake after surviving at least one correct round, ``row = run * N + perceptron``;
+            memory ``(mistakes with a vote) * (d + k + 1)``.
         fused: stream plain ``partial_fit`` calls through a fused kernel with the same arithmetic:
             the C++ loop of ``kernels.prank_cpu`` on CPU, the Triton kernel of
             ``kernels.prank_triton`` on CUDA. False forces the tensor path (the reference, which
@@ -82,7 +159,8 @@ class PRankEnsemble:
         if tau_values.numel() not in (1, n_runs) or not ((tau_values > 0) & (tau_values <= 1)).all():
             raise ValueError(f"tau must be in (0, 1], one value or one per run; got {tau}")
         self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        # Algorithm 2's draws come from a counter (counter_draws): the key and the examples drawn so far
+        self.key, self.drawn = draw_key(seed), 0
         zeros = dict(device=self.device, dtype=torch.float32)
         # stored perceptron-minor (memory [R, d, N] and [R, k-1, N], seen as [R, N, d] and
         # [R, N, k-1]): each step's score is then a row vector times a matrix, which CPU BLAS runs
@@ -99,25 +177,32 @@ class PRankEnsemble:
         if fused not in (True, False, "cpu", "triton"):
             raise ValueError(f"fused must be True, False, 'cpu' or 'triton'; got {fused!r}")
         self.keep_history, self.fused = keep_history, fused
-        self.history: list[tuple[Tensor, Tensor, Tensor]] = []  # (weights, thresholds, survival) per update slot
+        self.history: list[tuple[Tensor, ...]] = []  # (weights, thresholds, survival, row) per chunk
+        self._slots: list[tuple[Tensor, Tensor, Tensor]] = []  # the tensor path's dense slots of one chunk
 
     def to(self, device: str | torch.device) -> PRankEnsemble:
-        """Move the state (and the Bernoulli generator, reseeded from its state) to ``device``."""
+        """Move the state to ``device`` (the draws go on where they were: they depend on the count)."""
         device = torch.device(device)
         if device == self.device:
             return self
         for name, value in list(vars(self).items()):
             if isinstance(value, Tensor):
                 setattr(self, name, value.to(device))
-        state = self.generator.get_state()
-        self.generator = torch.Generator(device=device)
-        if device.type == "cpu":
-            self.generator.set_state(state)
-        else:  # CUDA generators take a seed, not a CPU state
-            self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_(generator=_cpu(state))))
         self.history = [tuple(t.to(device) for t in entry) for entry in self.history]
         self.device = device
         return self
+
+    def _draw(self, steps: int) -> Tensor:
+        """The next ``steps`` examples' draws ``[steps, R, N]`` bool: the C++ loop on CPU, torch ops
+        otherwise (the same bits); all True without drawing where every tau is 1."""
+        first, self.drawn = self.drawn, self.drawn + steps
+        if bool((self.tau >= 1).all()):
+            return torch.ones(steps, self.r, self.n, dtype=torch.bool, device=self.device)
+        if self.fused and self.device.type == "cpu" and prank_cpu.kernel() is not None:
+            out = torch.empty(steps, self.r, self.n, dtype=torch.bool)
+            prank_cpu.bernoulli(self.key, first, self.tau, out)
+            return out
+        return counter_draws(self.key, first, steps, self.tau, self.n)
 
     # -- training -------------------------------------------------------------------------------
     def partial_fit(
@@ -127,16 +212,20 @@ class PRankEnsemble:
         *,
         combine: Combine | None = None,
         presented: Tensor | None = None,
-    ) -> Tensor:
+        return_predictions: bool = True,
+    ) -> Tensor | None:
         """Stream ``features [R, T, d]``, ``labels [R, T]`` (0-based ranks) in order, one example a step.
 
         ``presented [T, R, N]`` bool, if given, replaces Algorithm 2's Bernoulli(tau) draws (which
         perceptron sees which example), so that different paths or devices can be compared on
-        the same presentation; by default they are drawn from the ensemble's generator.
+        the same presentation; by default they are drawn from the ensemble's counter (``counter_draws``).
 
         Returns the predictions made *before* each update: ``[R, N, T]`` long for every perceptron,
         or with ``combine`` (``bpm``, ``bagg``, ``vp``) ``[R, T]``, the combined rule's prediction at
         that round. Their rank loss is the paper's online average rank loss (Figure 2).
+        ``return_predictions=False`` (without ``combine``) returns None and spares their memory
+        (``R * N * T`` longs); the C++ stream then also skips the perceptrons an example is not
+        presented to.
         """
         features = features.to(self.device, torch.float32)
         labels = labels.to(self.device, torch.long)
@@ -153,29 +242,35 @@ class PRankEnsemble:
             if presented.shape != (steps, self.r, self.n):
                 raise ValueError(f"presented must be [T={steps}, R={self.r}, N={self.n}], got {tuple(presented.shape)}")
         kernel = self._kernel(combine)
-        predictions = self._empty_predictions(steps, kernel)
+        keep = return_predictions or combine is not None
+        predictions = self._empty_predictions(steps, kernel) if keep else None
         combined = torch.empty(self.r, steps, dtype=torch.long, device=self.device) if combine else None
-        for start in range(0, steps, CHUNK):
-            stop = min(steps, start + CHUNK)
-            if presented is None:
-                shown = (
-                    torch.rand(stop - start, self.r, self.n, generator=self.generator, device=self.device) < self.tau
-                )
-            else:
-                shown = presented[start:stop]
+        chunk, history = CHUNK, None
+        if kernel is prank_cpu.stream:
+            chunk = max(1, min(CPU_CHUNK, DRAW_BYTES // (self.r * self.n)))
+        if kernel is prank_cpu.stream and self.keep_history:
+            per_step = self.r * self.n * (self.d + self.k) * 4  # one record per perceptron
+            chunk = max(2, min(chunk, 2 * HISTORY_BYTES // per_step))
+            history = prank_cpu.History.empty(self._open, self.d, self.k - 1, (min(chunk, steps) + 1) // 2)
+        for start in range(0, steps, chunk):
+            stop = min(steps, start + chunk)
+            shown = self._draw(stop - start) if presented is None else presented[start:stop]
             if kernel is not None:
                 correct_before = self.correct.clone() if combine == "vp" else None
-                kernel(
-                    features[:, start:stop],
-                    labels[:, start:stop],
-                    shown,
-                    self.weights,
-                    self.thresholds,
-                    predictions[:, :, start:stop],
-                    self.mistakes,
-                    self.correct,
-                )
-                self.presented.add_(shown.sum(0))
+                if predictions is not None:
+                    out = predictions[:, :, start:stop]
+                else:  # the Triton kernel always writes them
+                    out = None if kernel is prank_cpu.stream else self._empty_predictions(stop - start, kernel)
+                arguments = (features[:, start:stop], labels[:, start:stop], shown, self.weights, self.thresholds)
+                # every presented example is a mistake or a correct prediction, so the kernels'
+                # counters give `presented` without a pass over the [t, R, N] draws
+                counted = self.mistakes + self.correct
+                if history is None:
+                    kernel(*arguments, out, self.mistakes, self.correct)
+                else:
+                    kernel(*arguments, out, self.mistakes, self.correct, history)
+                    self._keep(history.records())
+                self.presented.add_(self.mistakes + self.correct - counted)
                 if combined is not None:
                     combined[:, start:stop] = self._combined_from_predictions(
                         predictions[:, :, start:stop], labels[:, start:stop], shown, correct_before, combine
@@ -185,10 +280,12 @@ class PRankEnsemble:
                 features[:, start:stop],
                 labels[:, start:stop],
                 shown,
-                predictions[:, :, start:stop],
+                predictions[:, :, start:stop] if predictions is not None else None,
                 combined[:, start:stop] if combined is not None else None,
                 combine,
             )
+        if predictions is None:
+            return None
         return predictions if combined is None else combined
 
     def _tensor_chunk(
@@ -196,7 +293,7 @@ class PRankEnsemble:
         features: Tensor,
         labels: Tensor,
         presented: Tensor,
-        predictions: Tensor,
+        predictions: Tensor | None,
         combined: Tensor | None,
         combine: Combine | None,
     ) -> None:
@@ -221,21 +318,31 @@ class PRankEnsemble:
             step_mistakes.append(mistake)
             if combine == "vp":  # the online vote needs the counts as of this round
                 self.correct.add_(shown & ~mistake)
-        predictions.copy_(torch.stack(step_predictions, -1))
+        if predictions is not None:
+            predictions.copy_(torch.stack(step_predictions, -1))
+        if self.keep_history:
+            self._keep_slots()
         # the counters are summed once per chunk rather than with three more ops per step
         self._count(presented, torch.stack(step_mistakes), correct=combine != "vp")
 
     def _kernel(self, combine: Combine | None):
         """The fused kernel for this call (``stream`` of ``kernels.prank_cpu`` or ``prank_triton``), or
         None for the tensor path. Online Bagg and VP predictions follow from every perceptron's own
-        predictions (and VP's running counts), which the kernels return; BPM's averaged hypothesis
-        and the voted history need every perceptron's state after every round, so those take the
-        tensor path."""
-        if not self.fused or self.keep_history or combine not in (None, "bagg", "vp"):
+        predictions (and VP's running counts), which the kernels return; online BPM needs the
+        averaged state after every round, so it takes the tensor path. The C++ stream also records
+        the voted history (``keep_history``); with it, CUDA runs take the tensor path."""
+        if not self.fused or combine not in (None, "bagg", "vp"):
             return None
         wanted = self.fused if isinstance(self.fused, str) else ("triton" if self.device.type == "cuda" else "cpu")
-        if wanted == "triton" and prank_triton.available(self.device):
-            return prank_triton.stream
+        if self.keep_history and wanted == "triton":
+            if self.fused == "triton":
+                raise RuntimeError("fused='triton' does not record the voted history (keep_history=True)")
+            return None
+        if wanted == "triton":
+            from kernels import prank_triton  # imports Triton (0.1 s): only where it may run
+
+            if prank_triton.available(self.device):
+                return prank_triton.stream
         if wanted == "cpu" and self.device.type == "cpu" and prank_cpu.kernel() is not None:
             return prank_cpu.stream
         if isinstance(self.fused, str):
@@ -245,7 +352,7 @@ class PRankEnsemble:
     def _empty_predictions(self, steps: int, kernel) -> Tensor:
         """``[R, N, T]`` long; perceptron-minor in memory for the Triton kernel (coalesced stores)."""
         options = dict(dtype=torch.long, device=self.device)
-        if kernel is prank_triton.stream:
+        if kernel is not None and kernel is not prank_cpu.stream:  # the Triton kernel's
             return torch.empty(self.r, steps, self.n, **options).transpose(1, 2)
         return torch.empty(self.r, self.n, steps, **options)
 
@@ -295,8 +402,22 @@ class PRankEnsemble:
         on a mistake its (weights, thresholds, survival) is closed and a new one starts."""
         self._open.add_(correct)
         if mistake.any():
-            self.history.append((self.weights.clone(), self.thresholds.clone(), torch.where(mistake, self._open, 0.0)))
+            self._slots.append((self.weights.clone(), self.thresholds.clone(), torch.where(mistake, self._open, 0.0)))
             self._open = torch.where(mistake, torch.zeros_like(self._open), self._open)
+
+    def _keep_slots(self) -> None:
+        """A chunk's dense slots (every perceptron's state whenever any of them erred) -> the records
+        that vote (closed with a survival > 0), the form the C++ stream writes."""
+        if not self._slots:
+            return
+        weights, thresholds, survival = (torch.stack(part) for part in zip(*self._slots))
+        self._slots = []
+        h, r, n = survival.nonzero(as_tuple=True)
+        self._keep((weights[h, r, n], thresholds[h, r, n], survival[h, r, n], r * self.n + n))
+
+    def _keep(self, records: tuple[Tensor, ...]) -> None:
+        if records[2].numel():
+            self.history.append(records)
 
     # -- prediction -----------------------------------------------------------------------------
     def scores(self, features: Tensor, combine: Combine = "bpm") -> Tensor:
@@ -355,43 +476,53 @@ class PRankEnsemble:
     def _voted(self, features: Tensor) -> Tensor:
         """Survival-weighted mean rank over every stored hypothesis ``[R, n]`` (averaged over N).
 
-        Hypotheses are scored in stacked chunks of ``VOTED_CHUNK``, not one at a time: a PRank
-        stream of 50,000 examples stores thousands of them. On CPU (``fused`` True or ``"cpu"``) the
-        C++ loop ``kernels.prank_cpu.voted`` scores them; the tensor path is the reference."""
+        The records (``history`` and the current hypotheses) are scored together, only those with a
+        vote. On CPU (``fused`` True or ``"cpu"``) the C++ loop ``kernels.prank_cpu.voted`` scores
+        them; the tensor path, run by run in blocks of ``VOTED_CHUNK``, is the reference. Integer
+        ranks times integer survivals summed in float64 are exact in any order, so both are the sum
+        a loop over hypotheses would take."""
         if not self.keep_history:
             raise ValueError("combine='voted' needs keep_history=True")
-        hypotheses = [*self.history, (self.weights, self.thresholds, self._open)]
-        total = torch.zeros(self.r, self.n, features.shape[1], device=self.device, dtype=torch.float64)
-        flat = total.view(self.r * self.n, -1)
+        weights, thresholds, survival, rows = self._voting_records()
+        total = torch.zeros(self.r * self.n, features.shape[1], device=self.device, dtype=torch.float64)
+        votes = torch.zeros(self.r * self.n, 1, device=self.device, dtype=torch.float64)
+        votes.view(-1).index_add_(0, rows, survival.double())
+        runs = torch.div(rows, self.n, rounding_mode="floor")
         fused = self.fused in (True, "cpu") and self.device.type == "cpu" and prank_cpu.kernel() is not None
-        feature_major = features.transpose(1, 2).contiguous() if fused else None  # the kernel's layout
-        votes = torch.zeros(self.r, self.n, 1, device=self.device, dtype=torch.float64)
-        for start in range(0, len(hypotheses), VOTED_CHUNK):
-            weights, thresholds, survival = (
-                torch.stack(part) for part in zip(*hypotheses[start : start + VOTED_CHUNK])
-            )
-            # a slot is recorded when any run errs, so most (slot, run, perceptron) entries have no
-            # vote (20 PRank runs: 80%): score only the voting ones. Integer ranks times integer
-            # survivals summed in float64 are exact in any order, so every way below is the sum a
-            # loop over hypotheses would take
-            h, r, n = survival.nonzero(as_tuple=True)
-            votes.view(-1).index_add_(0, r * self.n + n, survival[h, r, n].double())
-            if fused:  # one C++ pass: each score in registers, no [M, n_test] intermediates
-                rows = r * self.n + n
-                prank_cpu.voted(weights[h, r, n], thresholds[h, r, n], survival[h, r, n], r, rows, feature_major, flat)
-                continue
+        if fused:  # one C++ pass: each score in registers, no [M, n_test] intermediates
+            feature_major = features.transpose(1, 2).contiguous()  # the kernel's layout
+            prank_cpu.voted(weights, thresholds, survival, runs, rows, feature_major, total)
+        else:
             for run in range(self.r):  # the tensor path, run by run
-                mine = r == run
-                if not bool(mine.any()):
-                    continue
-                hs, ns = h[mine], n[mine]
-                score = weights[hs, run, ns] @ features[run].T  # [M, n_test]
-                ranks = _voted_ranks(score, thresholds[hs, run, ns]).double()
-                into = torch.zeros(self.n, hs.numel(), dtype=torch.float64, device=self.device)
-                into[ns, torch.arange(hs.numel(), device=self.device)] = survival[hs, run, ns].double()
-                total[run] += into @ ranks  # [N, M] @ [M, n_test]
+                mine = (runs == run).nonzero().squeeze(1)
+                for block in mine.split(VOTED_CHUNK):
+                    score = weights[block] @ features[run].T  # [M, n_test]
+                    ranks = _voted_ranks(score, thresholds[block]).double()
+                    total.index_add_(0, rows[block], survival[block].double().unsqueeze(1) * ranks)
+        total, votes = total.view(self.r, self.n, -1), votes.view(self.r, self.n, 1)
         current = self._each(features, self.weights, self.thresholds).double()
         return torch.where(votes > 0, total / votes.clamp_min(1e-12), current).mean(1)
+
+    def _voting_records(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Every hypothesis with a vote, concatenated: ``weights [M, d]``, ``thresholds [M, k-1]``,
+        ``survival [M]``, ``row [M]`` (``run * N + perceptron``). Dense slots from before the
+        records (a checkpoint's ``(weights [R, N, d], thresholds, survival [R, N])``) are read too."""
+        rows = self.r * self.n
+        current = (
+            self.weights.reshape(rows, self.d),
+            self.thresholds.reshape(rows, self.k - 1),
+            self._open.reshape(rows),
+            torch.arange(rows, device=self.device),
+        )
+        records = []
+        for entry in [*self.history, current]:
+            if len(entry) == 3:  # a dense slot
+                weights, thresholds, survival = entry
+                r, n = survival.nonzero(as_tuple=True)
+                entry = (weights[r, n], thresholds[r, n], survival[r, n], r * self.n + n)
+            voting = entry[2] > 0
+            records.append(tuple(part[voting] for part in entry))
+        return tuple(torch.cat(part) for part in zip(*records))
 
 
 def _voted_ranks(score: Tensor, thresholds: Tensor) -> Tensor:
@@ -404,12 +535,6 @@ def _voted_ranks(score: Tensor, thresholds: Tensor) -> Tensor:
     if not ordered or not bool(score.sum().isfinite()):
         return rank_of(score, thresholds.unsqueeze(1))
     return torch.searchsorted(thresholds.contiguous(), score.contiguous(), right=True)
-
-
-def _cpu(state: Tensor) -> torch.Generator:
-    generator = torch.Generator()
-    generator.set_state(state)
-    return generator
 
 
 def _mean_vote(each: Tensor, votes: Tensor | None) -> Tensor:
@@ -434,6 +559,10 @@ class WidrowHoff:
     ``w += eta (y - w.x) x`` per example, for R runs x E learning rates at once
     (``weights [R, E, d]``). ``predict`` rounds ``w . x`` to the nearest rank in ``0..k-1``.
     Include a constant feature for a bias (the degree-2 kernel map does).
+
+    ``fused``: on CPU, stream through the C++ loop ``kernels.prank_cpu.widrow_hoff`` (the same float32
+    arithmetic, one (run, rate) per thread item); False forces the tensor path (the reference, and
+    what CUDA runs); ``"cpu"`` requires the loop.
     """
 
     def __init__(
@@ -444,8 +573,11 @@ class WidrowHoff:
         eta: float | Sequence[float] = 0.1,
         n_runs: int = 1,
         device: str | torch.device | None = None,
+        fused: bool | Literal["cpu"] = True,
     ) -> None:
-        self.k = n_ranks
+        if fused not in (True, False, "cpu"):
+            raise ValueError(f"fused must be True, False or 'cpu'; got {fused!r}")
+        self.k, self.fused = n_ranks, fused
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.eta = torch.as_tensor(eta, dtype=torch.float32, device=self.device).reshape(1, -1)
         self.weights = torch.zeros(n_runs, self.eta.shape[1], n_features, device=self.device)
@@ -455,17 +587,35 @@ class WidrowHoff:
         self.eta, self.weights = self.eta.to(self.device), self.weights.to(self.device)
         return self
 
-    def partial_fit(self, features: Tensor, labels: Tensor) -> Tensor:
-        """Stream ``features [R, T, d]``, ``labels [R, T]``; returns predictions before each update ``[R, E, T]``."""
+    def partial_fit(self, features: Tensor, labels: Tensor, *, return_predictions: bool = True) -> Tensor | None:
+        """Stream ``features [R, T, d]``, ``labels [R, T]``; returns predictions before each update
+        ``[R, E, T]`` (None with ``return_predictions=False``)."""
         features = features.to(self.device, torch.float32)
         targets = labels.to(self.device, torch.float32)
-        predictions = torch.empty(*self.weights.shape[:2], features.shape[1], dtype=torch.long, device=self.device)
+        shape = (*self.weights.shape[:2], features.shape[1])
+        predictions = torch.empty(shape, dtype=torch.long, device=self.device) if return_predictions else None
+        if self._fused():
+            self.weights = self.weights.contiguous()
+            prank_cpu.widrow_hoff(features, targets, self.eta, self.weights, self.k, predictions)
+            return predictions
         for t in range(features.shape[1]):
             x = features[:, t].unsqueeze(1)  # [R, 1, d]
             estimate = (self.weights * x).sum(-1)  # [R, E]
-            predictions[:, :, t] = _round_rank(estimate, self.k)
+            if predictions is not None:
+                predictions[:, :, t] = _round_rank(estimate, self.k)
             self.weights.addcmul_((self.eta * (targets[:, t, None] - estimate)).unsqueeze(-1), x)
         return predictions
+
+    def _fused(self) -> bool:
+        if not self.fused or self.device.type != "cpu":
+            if self.fused == "cpu":
+                raise RuntimeError(f"fused='cpu' runs on the CPU, not {self.device}")
+            return False
+        if prank_cpu.kernel() is None:
+            if self.fused == "cpu":
+                raise RuntimeError("fused='cpu' is not available (see kernels.build)")
+            return False
+        return True
 
     def scores(self, features: Tensor) -> Tensor:
         return torch.bmm(self.weights, features.to(self.device, torch.float32).transpose(1, 2))  # [R, E, n]

@@ -8,15 +8,16 @@
 polynomial kernel through its exact feature map, N = 100 perceptrons, tau in {0.3, 0.6, 0.9}.
 All trials (and all taus) of an algorithm run as one tensor. Prints the mean test rank loss
 ``1/T sum |y_hat - y|`` with 95% Student-t intervals, and writes ``table1.md`` and ``results.json``
-with the seconds each part took (device-synchronized; CUDA-event timed on a GPU). The OAP streams
-take the fused kernels (C++ on CPU, Triton on CUDA); PRank with its voted history and Widrow-Hoff
-take the tensor path.
+with the seconds each part took (device-synchronized; CUDA-event timed on a GPU). On CPU every stream
+takes the C++ loops of ``kernels.prank_cpu`` (PRank recording its voted history, Widrow-Hoff, OAP);
+on CUDA the OAP streams take the Triton kernel, PRank and Widrow-Hoff the tensor path.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from omegaconf import DictConfig
 from datamodules.harrington_data import harrington_synthetic, polynomial_features
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from rankers.plots import paper_table_plot
+from rankers.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +52,56 @@ PAPER = {  # section 4.1 and Table 1
 
 def student_t_interval(values: torch.Tensor, confidence: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of the Student-t confidence interval of ``values [n]``."""
-    from scipy import stats
-
     n = values.numel()
     mean = values.double().mean().item()
     if n < 2:
         return mean, float("nan")
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * values.double().std(unbiased=True).item() / n**0.5
+    half = t_quantile(confidence, n - 1) * values.double().std(unbiased=True).item() / n**0.5
     return mean, half
+
+
+def t_central_probability(t: float, df: int) -> float:
+    """``P(|T| <= t)`` for Student's t with an integer ``df``: Abramowitz & Stegun 26.7.3 (odd ``df``)
+    and 26.7.4 (even), the finite sums in ``cos(atan(t / sqrt(df)))`` (exact up to rounding)."""
+    theta = math.atan(t / math.sqrt(df))
+    cos2 = math.cos(theta) ** 2
+    first = 3 if df % 2 else 2  # odd: 1 + 2/3 cos^2 + (2.4)/(3.5) cos^4 + ...; even: 1 + 1/2 cos^2 + ...
+    total = term = 1.0
+    for k in range(first, df - 1, 2):
+        term *= cos2 * (k - 1) / k
+        total += term
+    if df % 2 == 0:
+        return math.sin(theta) * total
+    if df == 1:
+        return 2 * theta / math.pi
+    return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided Student-t quantile: ``t`` with ``P(|T| <= t) = confidence``, ``T ~ t(df)``.
+
+    Bisection on :func:`t_central_probability` for ``df`` up to 1000 (to the last bit; scipy.stats
+    would add ~0.5 s of imports to a first run, scipy.special ~0.2 s), ``scipy.special.stdtrit`` beyond.
+
+    Example:
+        >>> round(t_quantile(0.95, 19), 6)  # Table 1's 20 trials
+        2.093024
+    """
+    if not 0 < confidence < 1 or df < 1:
+        raise ValueError(f"need 0 < confidence < 1 and df >= 1, got {confidence}, {df}")
+    if df > 1000:
+        from scipy.special import stdtrit
+
+        return float(stdtrit(df, 0.5 + confidence / 2))
+    low, high = 0.0, 1.0
+    while t_central_probability(high, df) < confidence:
+        low, high = high, 2 * high
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if t_central_probability(middle, df) < confidence else (low, middle)
+    return high
 
 
 def make_trials(trials: int, n_train: int, n_test: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -120,21 +164,23 @@ def table1(
         return table1(**options, out_dir=cfg.paths.output_dir)
     start = time.perf_counter()
     device = torch.device(device or "cpu")
-    x, y, test_x, test_y = (t.to(device) for t in make_trials(trials, n_train, n_test, seed))
+    with torch_threads(1):  # small ops: threads would wait more than they work (10x on a loaded machine)
+        data = make_trials(trials, n_train, n_test, seed)
+    x, y, test_x, test_y = (t.to(device) for t in data)
     losses: dict[str, torch.Tensor] = {}
     seconds: dict[str, float] = {}
 
     prank = PRankEnsemble(6, 5, n_runs=trials, seed=seed, device=device, keep_history=True)
-    with timed(seconds, "PRank and PRank-VP stream (tensor path)", device):
-        prank.partial_fit(x, y)
+    with timed(seconds, f"PRank and PRank-VP stream ({_path_name(prank)})", device):
+        prank.partial_fit(x, y, return_predictions=False)
     losses["PRank"] = rank_losses(prank.predict(test_x, "bpm"), test_y)
     # the voting rules score their averaged hypothesis as the paper writes it, unrounded (mean_rank),
     # as the collaborative-filtering experiment does; rounding it would be a variant of ours
     losses["PRank-VP"] = mean_rank_losses(prank.mean_rank(test_x, "voted"), test_y)
 
     wh = WidrowHoff(6, 5, eta=etas, n_runs=trials, device=device)
-    with timed(seconds, "Widrow-Hoff stream", device):
-        wh.partial_fit(x, y)
+    with timed(seconds, f"Widrow-Hoff stream ({'prank_cpu kernel' if wh._fused() else 'tensor path'})", device):
+        wh.partial_fit(x, y, return_predictions=False)
     wh_test = wh.predict(test_x)  # [R, E, n]
     for e, eta in enumerate(etas):
         losses[f"Widrow-Hoff (eta={eta})"] = rank_losses(wh_test[:, e], test_y)
@@ -148,13 +194,14 @@ def table1(
     oap_x, oap_y = x.repeat(repeat, 1, 1), y.repeat(repeat, 1)
     path = _path_name(oap)
     with timed(seconds, f"OAP stream, {trials * repeat} runs x {n_perceptrons} perceptrons ({path})", device):
-        oap.partial_fit(oap_x, oap_y)
+        oap.partial_fit(oap_x, oap_y, return_predictions=False)
     oap_test_x, oap_test_y = test_x.repeat(repeat, 1, 1), test_y.repeat(repeat, 1)
+    each = oap.predict(oap_test_x, "each")  # [R, N, n], read out by Bagg and VP
     for combine, name in (("bpm", "OAP-BPM"), ("bagg", "OAP-Bagg"), ("vp", "OAP-VP")):
         if combine == "bpm":
             per_run = rank_losses(oap.predict(oap_test_x, combine), oap_test_y)
         else:
-            per_run = mean_rank_losses(oap.mean_rank(oap_test_x, combine), oap_test_y)
+            per_run = mean_rank_losses(oap.mean_rank(oap_test_x, combine, each=each), oap_test_y)
         for i, tau in enumerate(taus):
             losses[f"{name} tau={tau}"] = per_run[i * trials : (i + 1) * trials]
 

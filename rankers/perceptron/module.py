@@ -186,15 +186,15 @@ class OnlineOrdinalModule(PassLimit, pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = {name: value for name, value in vars(self.learner).items() if isinstance(value, Tensor)}
         if isinstance(self.learner, PRankEnsemble):
-            state["generator"] = self.learner.generator.get_state()
+            state["drawn"] = self.learner.drawn  # where the counter-based Bernoulli draws go on
             state["history"] = self.learner.history
         checkpoint["online_learner"] = state
         checkpoint["online_loss"] = (float(self.online_error), self.online_count)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         for name, value in checkpoint["online_learner"].items():
-            if name == "generator":
-                self.learner.generator.set_state(value)
+            if name == "generator":  # a checkpoint from before the counter-based draws: they start over
+                continue
             elif name == "history":
                 self.learner.history = list(value)
             else:

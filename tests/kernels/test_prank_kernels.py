@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from kernels import prank_cpu, prank_triton
 from kernels._native import NativeKernel
 from rankers.perceptron import ensemble as perceptron
-from rankers.perceptron.ensemble import PRankEnsemble
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from tests.conftest import cuda_only
 
 PATHS = ["tensor", "cpu", "triton"]
@@ -99,6 +100,7 @@ def test_chunks_runs_and_own_draws(path, monkeypatch):
     """Several chunks of one stream, R runs each with its own stream and tau, draws from the generator."""
     needs(path)
     monkeypatch.setattr(perceptron, "CHUNK", 16)
+    monkeypatch.setattr(perceptron, "CPU_CHUNK", 16)
     runs, steps, d, n, k = 3, 40, 3, 6, 3
     g = torch.Generator().manual_seed(7)
     x, y = torch.randn(runs, steps, d, generator=g), torch.randint(0, k, (runs, steps), generator=g)
@@ -132,6 +134,7 @@ def test_online_bagg_and_vp_from_the_kernels_equal_the_tensor_path(path, combine
     predictions and running vote counts: the same as the tensor path's round-by-round rule."""
     needs(path)
     monkeypatch.setattr(perceptron, "CHUNK", 8)  # votes carried across chunks
+    monkeypatch.setattr(perceptron, "CPU_CHUNK", 8)
     runs, steps, d, n, k = 2, 20, 3, 7, 4
     x, y, presented = exact_stream(5, runs, steps, d, k, n, tau=0.5)
     fused = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, fused=FUSED[path])
@@ -177,6 +180,133 @@ def test_the_voted_kernel_is_the_tensor_path(n):
         model.partial_fit(x, y, presented=presented)
         voted[fused] = model.mean_rank(test_x, "voted")
     assert torch.equal(voted[True], voted[False])
+
+
+def sorted_records(model: PRankEnsemble) -> tuple[torch.Tensor, ...]:
+    """The model's voted history as one table, perceptron by perceptron and, within one, in stream
+    order (the C++ stream writes per perceptron per chunk, the tensor path per slot)."""
+    weights, thresholds, survival, rows = model._voting_records()
+    order = torch.sort(rows, stable=True).indices
+    return weights[order], thresholds[order], survival[order], rows[order]
+
+
+@pytest.mark.parametrize(("n", "tau"), [(1, 1.0), (5, 0.6)])
+def test_the_cpp_stream_records_the_voted_history_of_the_tensor_path(n, tau, monkeypatch):
+    """PRank-VP / a voted OAP through the C++ stream: the same hypotheses, survivals, counters and
+    voted mean ranks as the tensor path, on exact data (every sum exact, so ties fall alike), over
+    several chunks (history buffers refilled, open survivals carried across chunks and calls)."""
+    needs("cpu")
+    monkeypatch.setattr(perceptron, "CHUNK", 32)
+    monkeypatch.setattr(perceptron, "CPU_CHUNK", 32)
+    runs, steps, d, k = 3, 300, 4, 5
+    x, y, presented = exact_stream(9, runs, steps, d, k, n, tau=tau)
+    test_x = torch.randint(-3, 4, (runs, 60, d), generator=torch.Generator().manual_seed(10)).float() / 2
+    models = {}
+    for fused in (True, False):
+        model = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, keep_history=True, fused=fused)
+        assert (model._kernel(None) is prank_cpu.stream) == fused
+        for half in (slice(0, 150), slice(150, steps)):
+            model.partial_fit(x[:, half], y[:, half], presented=presented[half], return_predictions=fused)
+        models[fused] = model
+    fused, tensor = models[True], models[False]
+    for got, expected in zip(sorted_records(fused), sorted_records(tensor), strict=True):
+        assert torch.equal(got, expected)
+    assert len(sorted_records(fused)[0]) > 10 * runs * n  # a real history, not a handful
+    for name in ("weights", "thresholds", "correct", "presented", "mistakes", "_open"):
+        assert torch.equal(getattr(fused, name), getattr(tensor, name)), name
+    assert torch.equal(fused.mean_rank(test_x, "voted"), tensor.mean_rank(test_x, "voted"))
+    tensor.fused = False  # the C++ records scored by the tensor path's evaluation too
+    fused.fused = False
+    assert torch.equal(fused.mean_rank(test_x, "voted"), tensor.mean_rank(test_x, "voted"))
+
+
+def test_history_chunks_shrink_to_the_buffer_budget(monkeypatch):
+    """Many perceptrons with a history: calls of fewer examples, the same records as one long call."""
+    needs("cpu")
+    runs, steps, d, k, n = 2, 120, 3, 4, 6
+    x, y, presented = exact_stream(12, runs, steps, d, k, n, tau=0.5)
+    whole = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, keep_history=True)
+    whole.partial_fit(x, y, presented=presented)
+    monkeypatch.setattr(perceptron, "HISTORY_BYTES", runs * n * (d + k) * 4 * 5)  # 10 examples a call
+    chunked = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs, keep_history=True)
+    chunked.partial_fit(x, y, presented=presented)
+    assert len(chunked.history) > 5
+    for got, expected in zip(sorted_records(chunked), sorted_records(whole), strict=True):
+        assert torch.equal(got, expected)
+
+
+def test_the_history_buffer_must_hold_a_chunk():
+    needs("cpu")
+    x, y, presented = exact_stream(0, 1, 10, 3, 4, 2)
+    weights, thresholds = torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
+    history = prank_cpu.History.empty(torch.zeros(1, 2), 3, 3, cap=4)  # 10 examples need 5
+    with pytest.raises(ValueError, match="cannot hold"):
+        prank_cpu.stream(x, y, presented, weights, thresholds, None, torch.zeros(1, 2), torch.zeros(1, 2), history)
+
+
+@pytest.mark.parametrize("tau", [0.3, 1.0])
+def test_without_predictions_the_state_is_the_same(tau):
+    """``return_predictions=False`` skips the perceptrons an example is not presented to: nothing of
+    the state may change."""
+    needs("cpu")
+    runs, steps, d, n, k = 2, 200, 4, 19, 5
+    x, y, presented = exact_stream(13, runs, steps, d, k, n, tau=tau)
+    x = x + torch.randn(x.shape, generator=torch.Generator().manual_seed(14))
+    with_predictions = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs)
+    without = PRankEnsemble(d, k, n_perceptrons=n, n_runs=runs)
+    assert with_predictions.partial_fit(x, y, presented=presented) is not None
+    assert without.partial_fit(x, y, presented=presented, return_predictions=False) is None
+    for name in ("weights", "thresholds", "correct", "presented", "mistakes"):
+        assert torch.equal(getattr(with_predictions, name), getattr(without, name)), name
+
+
+def test_widrow_hoff_through_the_cpp_loop_is_the_tensor_path():
+    """The C++ Widrow-Hoff stream against the tensor path on random data: weights to float32
+    rounding (the estimate's sum may be taken in another order), the same rounded predictions."""
+    needs("cpu")
+    g = torch.Generator().manual_seed(15)
+    runs, steps, d = 3, 2000, 6
+    x = torch.cat([torch.rand(runs, steps, d - 1, generator=g), torch.ones(runs, steps, 1)], -1)
+    y = torch.randint(0, 5, (runs, steps), generator=g)
+    models = {fused: WidrowHoff(d, 5, eta=[0.2, 0.05, 0.01], n_runs=runs, fused=fused) for fused in ("cpu", False)}
+    online = {fused: model.partial_fit(x, y) for fused, model in models.items()}
+    torch.testing.assert_close(models["cpu"].weights, models[False].weights, rtol=1e-5, atol=1e-5)
+    assert torch.equal(online["cpu"], online[False])
+    test_x = x[:, :500]
+    assert torch.equal(models["cpu"].predict(test_x), models[False].predict(test_x))
+    assert models["cpu"].partial_fit(x[:, :10], y[:, :10], return_predictions=False) is None
+
+
+def splitmix64_draws(key: int, first_step: int, steps: int, tau: list[float], n: int) -> np.ndarray:
+    """The counter-based draws written again in numpy's uint64 (wrapping) arithmetic."""
+    runs = len(tau)
+    with np.errstate(over="ignore"):
+        i = np.arange(steps * runs * n, dtype=np.uint64) + np.uint64(first_step * runs * n)
+        z = np.uint64(key) + (i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    uniform = (z >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
+    return uniform.reshape(steps, runs, n) < np.asarray(tau, np.float32)[None, :, None]
+
+
+@pytest.mark.parametrize(("seed", "first", "steps", "n"), [(0, 0, 50, 1), (7, 12345, 33, 19), (2**40, 3, 5, 100)])
+def test_the_cpp_draws_are_splitmix64_as_written_in_numpy_and_torch(seed, first, steps, n):
+    needs("cpu")
+    tau = [0.3, 0.6, 0.9, 0.5 + 2**-24]
+    key = perceptron.draw_key(seed)
+    out = torch.empty(steps, len(tau), n, dtype=torch.bool)
+    prank_cpu.bernoulli(key, first, torch.tensor(tau), out)
+    expected = splitmix64_draws(key, first, steps, tau, n)
+    assert np.array_equal(out.numpy(), expected)
+    assert torch.equal(perceptron.counter_draws(key, first, steps, torch.tensor(tau), n), out)
+
+
+def test_counter_draws_in_blocks_are_the_same_draws(monkeypatch):
+    monkeypatch.setattr(perceptron, "DRAW_BLOCK", 100)  # 2 examples of 4 runs x 13 at a time
+    tau = [0.2, 0.4, 0.6, 0.8]
+    got = perceptron.counter_draws(perceptron.draw_key(3), 5, 9, torch.tensor(tau), 13)
+    assert np.array_equal(got.numpy(), splitmix64_draws(perceptron.draw_key(3), 5, 9, tau, 13))
 
 
 # -- without the C++ kernel (how it is built and found: test_native.py) ------------------------------
