@@ -251,8 +251,10 @@ def main() -> None:
     print("|---|---:|---:|")
     print(f"| numpy loop, Table 1 ({args.trials} trials; mean of before and after) | {reference:.1f} | 1.0x |")
     for i, run in enumerate(runs, 1):
-        print(f"| cold first run #{i} (`train.py experiment=harrington2003`) | {run['run']:.1f} | "
-              f"{reference / run['run']:.1f}x |")
+        print(
+            f"| cold first run #{i} (`train.py experiment=harrington2003`) | {run['run']:.1f} | "
+            f"{reference / run['run']:.1f}x |"
+        )
         both = run["run"] + run["install"]
         print(f"| #{i} with its `pip install -e .` (kernels built there) | {both:.1f} | {reference / both:.1f}x |")
 
