@@ -14,9 +14,9 @@ set. The zero point stays where both parts put it, the result exports as one lin
 ``choose_share`` picks ``a`` by cross-validation on the training split: a small base share (0.1),
 unless a larger one beats it on both ranking loss and Hamming loss by more than a margin (2%), so a
 share that helps one measure and hurts the other, or helps within the folds' noise, is not taken.
-Measured on seven MULAN sets (docs/label_ranking.md): share 0.1 ranks better than binary relevance
-on all seven and cuts no worse; larger shares win big where labels are rare and texts sparse
-(medical) and lose the cut elsewhere (genbase, scene).
+Measured on seven MULAN sets in nested CV (docs/label_ranking.md, bench/label_ranking_share.py): the
+rule's mean losses are 0.873 (ranking) and 0.984 (Hamming) of binary relevance's; larger shares win
+big where labels are rare and texts sparse (medical) and lose the cut on genbase.
 """
 
 from __future__ import annotations
