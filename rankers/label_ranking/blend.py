@@ -13,7 +13,8 @@ divided by the root mean square of its training scores so that ``a`` means the s
 set. The zero point stays where both parts put it, the result exports as one linear scorer.
 ``choose_share`` picks ``a`` by cross-validation on the training split: a small base share (0.1),
 unless a larger one beats it on both ranking loss and Hamming loss by more than a margin (2%), so a
-share that helps one measure and hurts the other, or helps within the folds' noise, is not taken.
+share that helps one measure and hurts the other, or helps within the folds' noise, is not taken;
+and 0 when the base share itself is more than the margin worse than binary relevance on either.
 Measured on seven MULAN sets in nested CV (docs/label_ranking.md, bench/label_ranking_share.py): the
 rule's mean losses are 0.873 (ranking) and 0.984 (Hamming) of binary relevance's; larger shares win
 big where labels are rare and texts sparse (medical) and lose the cut on genbase.
@@ -111,7 +112,7 @@ def choose_share(
     """Algorithm 1's share, chosen by ``folds``-fold cross-validation on ``features [N, F]``,
     ``relevant [N, d]``: ``base`` unless a larger share of ``shares`` beats it on both ranking loss
     and Hamming loss by more than ``margin`` (relative), then the one whose worse ratio to ``base``
-    is lowest.
+    is lowest; 0 (binary relevance) when ``base`` is more than ``margin`` above it on either.
 
     Returns the share and the mean ``[ranking loss, Hamming loss]`` over the folds of each candidate,
     0 (binary relevance) and ``base`` included.
@@ -132,4 +133,7 @@ def choose_share(
     chosen = min(worse_ratio, key=lambda share: (worse_ratio[share], share), default=float(base))
     if chosen == base or worse_ratio[chosen] >= 1.0 - margin:
         chosen = float(base)
+        # the base itself costs a measure against binary relevance (genbase's cut): fall back to it
+        if np.max(totals[float(base)] / np.maximum(totals[0.0], 1e-12)) > 1.0 + margin:
+            chosen = 0.0
     return chosen, {share: totals[share].tolist() for share in candidates}

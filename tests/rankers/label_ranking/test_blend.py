@@ -53,10 +53,26 @@ def test_the_cv_table_matches_sklearn_on_the_same_folds_and_the_choice_follows_t
     # the rule, recomputed from the table: a larger share only if it beats the base on both measures
     worse = {s: max(np.array(table[s]) / np.array(table[0.1])) for s in (0.25, 1.0)}
     best = min(worse, key=worse.get)
-    assert share == (best if worse[best] < 1.0 else 0.1)
+    base_costs = max(np.array(table[0.1]) / np.array(table[0.0])) > 1.0
+    assert share == (best if worse[best] < 1.0 else 0.0 if base_costs else 0.1)
     # a margin no share can clear keeps the base
     kept, _ = choose_share(x, y, [0.25, 1.0], base=0.1, margin=1.0, folds=3, seed=5, online={"epochs": 2, "n_runs": 2})
     assert kept == 0.1
+
+
+def test_a_base_share_that_costs_the_cut_falls_back_to_binary_relevance(monkeypatch):
+    """With an Algorithm 1 part that calls every label relevant, whatever x, any share of it costs the cut."""
+    import rankers.label_ranking.blend as blend_module
+
+    x, y = make_multilabel_classification(n_samples=150, n_features=6, n_classes=3, random_state=2)
+    x = x / x.max(0)
+
+    def adversary(features, relevant, **options):
+        return np.zeros((relevant.shape[1], features.shape[1])), np.ones(relevant.shape[1])
+
+    monkeypatch.setattr(blend_module, "fit_online", adversary)
+    share, table = choose_share(x, y, [0.5], base=0.1, margin=0.02, folds=3, seed=0)
+    assert share == 0.0 and max(np.array(table[0.1]) / np.array(table[0.0])) > 1.02
 
 
 def test_fit_online_separates_a_separable_problem():
