@@ -103,7 +103,8 @@ class CalibratedLabelRanker(LabelRankerModule):
     solution (``rankers.label_ranking.blend``): ``share`` of Algorithm 1, the rest binary relevance,
     both calibrated linear sorting functions, so the blend is one too. ``share="cv"`` picks it from
     ``shares`` by cross-validation on the training split (``base_share`` unless a larger share is
-    clearly better on both ranking and Hamming loss); top-label data uses Algorithm 1 alone (the
+    clearly better on both ranking and Hamming loss, 0 when ``base_share`` is clearly worse than
+    binary relevance on either); top-label data uses Algorithm 1 alone (the
     logistic part cannot see the order of the relevant labels).
 
     Args:
