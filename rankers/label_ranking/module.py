@@ -60,6 +60,7 @@ class LabelRankerModule(PassLimit, pl.LightningModule):
         self.metric_names = names
         self.val_metrics = nn.ModuleDict({name: MeanMetric() for name in names})
         self.test_metrics = nn.ModuleDict({name: MeanMetric() for name in names})
+        self.kept_batches: list[tuple[Tensor, Tensor]] = []
 
     def forward(self, features: Tensor) -> Tensor:
         """Raw features ``[N, F]`` -> label scores ``[N, d]`` (relevant when > 0)."""
@@ -85,6 +86,18 @@ class LabelRankerModule(PassLimit, pl.LightningModule):
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "test")
+
+    def keep_batch(self, batch: Batch) -> None:
+        """Keep a training batch, scaled, on the CPU, for the learners that fit on the whole split."""
+        self.kept_batches.append((self.scaler(batch["features"].float()).cpu(), batch["labels"].cpu()))
+
+    def kept_split(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept batches as one split, and forgets them: scaled features ``[N, F]`` (float64, as
+        scikit-learn fits them) and labels ``[N, d]``."""
+        features = torch.cat([kept[0] for kept in self.kept_batches]).numpy().astype(np.float64)
+        labels = torch.cat([kept[1] for kept in self.kept_batches]).numpy()
+        self.kept_batches = []
+        return features, labels
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``scorer.pt`` (TorchScript), ``scorer.onnx`` and ``meta.json`` (label names, the cut)."""
@@ -160,9 +173,9 @@ class CalibratedLabelRanker(LabelRankerModule):
             raise ValueError(f"model.share must be 'cv' or in [0, 1], got {share!r}")
         # top-label data: the logistic part sees relevance only, not the order Algorithm 1 learns
         self.blends = not ranked and share != 1
+        self.split: tuple[np.ndarray, np.ndarray] | None = None  # the training split, once the first pass kept it
         self.logistic: tuple[np.ndarray, np.ndarray] | None = None
         self.chosen_share: float | None = None if share == "cv" else float(share)
-        self.collected: list[tuple[Tensor, Tensor]] = []
         self.share_table: dict[float, list[float]] = {}
         online_loss = ("kendall" if ranked else "hamming") if loss == "auto" else loss
         width = n_features + int(bias)
@@ -185,8 +198,8 @@ class CalibratedLabelRanker(LabelRankerModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> None:
         x, y = self._design(batch["features"]), batch["labels"].float()
-        if self.blends and self.logistic is None:  # the first pass keeps the split for the logistic part
-            self.collected.append((self.scaler(batch["features"].float()).cpu(), y.cpu()))
+        if self.blends and self.split is None:  # the first pass keeps the split for the logistic part
+            self.keep_batch(batch)
         n, runs = len(y), self.hparams.n_runs
         orders = [torch.arange(n)] + [torch.randperm(n, generator=self.generator) for _ in range(runs - 1)]
         order = torch.stack(orders).to(x.device)
@@ -215,8 +228,9 @@ class CalibratedLabelRanker(LabelRankerModule):
         self.core.bias.copy_(bias)
 
     def _blended(self, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
-        x = torch.cat([c[0] for c in self.collected]).numpy().astype(np.float64)
-        y = torch.cat([c[1] for c in self.collected]).numpy()
+        if self.split is None:
+            self.split = self.kept_split()
+        x, y = self.split
         if self.logistic is None:
             self.logistic = fit_binary_relevance(x, y > 0, C=self.hparams.C)
         if self.chosen_share is None:
@@ -253,8 +267,13 @@ class CalibratedLabelRanker(LabelRankerModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["online_learner"] = self.learner.state()
         checkpoint["label_ranking_generator"] = self.generator.get_state()
-        logistic = None if self.logistic is None else [torch.from_numpy(part) for part in self.logistic]
-        checkpoint["label_ranking_blend"] = {"logistic": logistic, "share": self.chosen_share, "data": self.collected}
+        as_tensors = lambda parts: None if parts is None else [torch.from_numpy(part) for part in parts]  # noqa: E731
+        checkpoint["label_ranking_blend"] = {
+            "logistic": as_tensors(self.logistic),
+            "split": as_tensors(self.split),
+            "share": self.chosen_share,
+            "kept": self.kept_batches,
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "online_learner" in checkpoint:
@@ -262,9 +281,9 @@ class CalibratedLabelRanker(LabelRankerModule):
             self.generator.set_state(checkpoint["label_ranking_generator"])
         if "label_ranking_blend" in checkpoint:
             saved = checkpoint["label_ranking_blend"]
-            logistic = saved["logistic"]
-            self.logistic = None if logistic is None else tuple(part.numpy() for part in logistic)
-            self.chosen_share, self.collected = saved["share"], saved["data"]
+            as_arrays = lambda parts: None if parts is None else tuple(part.numpy() for part in parts)  # noqa: E731
+            self.logistic, self.split = as_arrays(saved["logistic"]), as_arrays(saved["split"])
+            self.chosen_share, self.kept_batches = saved["share"], saved["kept"]
 
 
 class NeuralLabelRanker(LabelRankerModule):
@@ -358,18 +377,15 @@ class BinaryRelevanceRanker(LabelRankerModule):
         self.save_hyperparameters(ignore=["scaler"])
         self.automatic_optimization = False
         self.core = LinearLabelScorer(torch.zeros(n_labels, n_features), torch.zeros(n_labels))
-        self.collected: list[tuple[Tensor, Tensor]] = []
         self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
 
     def training_step(self, batch: Batch, batch_idx: int) -> None:
-        self.collected.append((self.scaler(batch["features"].float()).cpu(), batch["labels"].cpu()))
+        self.keep_batch(batch)
         self.optimizers().step()
 
     def on_train_epoch_end(self) -> None:
-        x = torch.cat([c[0] for c in self.collected]).numpy().astype(np.float64)
-        y = torch.cat([c[1] for c in self.collected]).numpy() > 0
-        self.collected = []
-        weight, bias = fit_binary_relevance(x, y, C=self.hparams.C, max_iter=self.hparams.max_iter)
+        x, y = self.kept_split()
+        weight, bias = fit_binary_relevance(x, y > 0, C=self.hparams.C, max_iter=self.hparams.max_iter)
         self.core.weight.copy_(torch.from_numpy(weight))
         self.core.bias.copy_(torch.from_numpy(bias))
         super().on_train_epoch_end()

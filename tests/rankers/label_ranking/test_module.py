@@ -110,3 +110,32 @@ def test_share_zero_is_binary_relevance_and_cv_reports_its_choice(tmp_path):
         0.7,
     )
     assert chosen["test"]["ranking_loss"] < 0.5 * relevance["test"]["ranking_loss"] + 0.5  # trained, not chance
+
+
+def test_a_share_outside_zero_to_one_is_refused():
+    from rankers.label_ranking.module import CalibratedLabelRanker
+
+    with pytest.raises(ValueError, match=r"model\.share must be 'cv' or in"):
+        CalibratedLabelRanker(n_features=3, n_labels=2, share=1.5)
+
+
+def test_the_blend_state_survives_a_checkpoint_loaded_with_weights_only():
+    import io
+
+    from rankers.label_ranking.module import CalibratedLabelRanker
+
+    module = CalibratedLabelRanker(n_features=3, n_labels=2)
+    module.keep_batch({"features": torch.arange(12.0).reshape(4, 3), "labels": torch.ones(4, 2)})
+    module.split = (np.full((5, 3), 0.5), np.ones((5, 2)))
+    module.logistic, module.chosen_share = (np.ones((2, 3)), np.zeros(2)), 0.3
+    saved: dict = {}
+    module.on_save_checkpoint(saved)
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    buffer.seek(0)
+    restored = CalibratedLabelRanker(n_features=3, n_labels=2)
+    restored.on_load_checkpoint(torch.load(buffer, weights_only=True))
+    assert restored.chosen_share == 0.3
+    np.testing.assert_array_equal(restored.split[0], module.split[0])
+    np.testing.assert_array_equal(restored.logistic[0], module.logistic[0])
+    np.testing.assert_array_equal(restored.kept_split()[0], np.arange(12.0).reshape(4, 3))
