@@ -83,3 +83,8 @@ def test_the_figure_with_seed_ranges_is_drawn(tmp_path):
     page.write_text(TABLE + SEEDS)
     main(["--doc", str(page), "--png", str(tmp_path / "curve.png")])
     assert (tmp_path / "curve.png").read_bytes().startswith(PNG)
+
+
+def test_a_page_without_the_curve_table_is_refused_by_name():
+    with pytest.raises(ValueError, match="no table with a header starting"):
+        curve_rows("## Curve\n\n| other | table |\n|---|---|\n| 1 | 2 |\n")

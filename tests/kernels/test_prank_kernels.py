@@ -371,3 +371,16 @@ def test_triton_on_cuda_is_algorithm_1(monkeypatch):
             reference = list(scalar_oap(x[run].tolist(), (y[run] + 1).tolist(), presented[:, run, p].tolist(), k))
             assert [v + 1 for v in predictions[run, p].tolist()] == [r[0] for r in reference]
             assert model.weights[run, p].tolist() == reference[-1][1]
+
+
+def test_a_history_with_more_records_than_its_buffer_is_an_error_not_a_silent_cut():
+    history = prank_cpu.History.empty(torch.zeros(1, 2), 3, 3, cap=4)
+    history.count[:] = torch.tensor([2, 5])
+    with pytest.raises(RuntimeError, match="overflowed its 4 records"):
+        history.records()
+
+
+def test_triton_asked_for_with_the_voted_history_is_refused():
+    ensemble = PRankEnsemble(3, 3, keep_history=True, fused="triton")
+    with pytest.raises(RuntimeError, match="does not record the voted history"):
+        ensemble._kernel(None)

@@ -39,3 +39,9 @@ def test_table1_through_the_cpp_loops_is_the_tensor_paths(monkeypatch):
     assert fused.keys() == tensor.keys()
     for name in fused:
         assert fused[name]["per_trial"] == pytest.approx(tensor[name]["per_trial"], abs=1e-6), name
+
+
+@pytest.mark.parametrize(("confidence", "df"), [(0.0, 5), (1.0, 5), (0.95, 0)])
+def test_t_quantile_refuses_what_has_no_quantile(confidence, df):
+    with pytest.raises(ValueError, match="need 0 < confidence < 1 and df >= 1"):
+        harrington.t_quantile(confidence, df)
