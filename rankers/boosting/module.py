@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from datamodules.batching import pad_batch
 from datamodules.normalization import FeatureNormalizer
-from metrics import ranking_metrics
 from metrics.functional import ndcg, pairwise_error
 from rankers.boosting.rankboost import (
     ALPHAS,
@@ -33,6 +32,7 @@ from rankers.boosting.rankboost import (
     weak_outputs,
 )
 from rankers.export import export_scorer
+from rankers.list_metrics import ListMetrics
 from rankers.threads import CpuThreads
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def _normalize_queries(normalizer: FeatureNormalizer, features: Tensor, offsets:
 METRIC_FUNCTIONS = {"ndcg": ndcg}
 
 
-class RankBoostModule(CpuThreads, pl.LightningModule):
+class RankBoostModule(CpuThreads, ListMetrics, pl.LightningModule):
     """RankBoost.B trained under ``train.py``: ``rounds_per_epoch`` boosting rounds per epoch.
 
     The training documents are taken once, whole (never list-sampled), from the trainer's training
@@ -168,8 +168,7 @@ class RankBoostModule(CpuThreads, pl.LightningModule):
         self.register_buffer("stale", torch.zeros((), dtype=torch.long))
         # Lightning counts steps by optimizer steps: a no-op optimizer marks each epoch's step
         self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
-        self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
+        self.init_list_metrics(ks, gain=gain, empty=empty)
         self.learner: RankBoostLearner | None = None
         self.val_set: _EvalSet | None = None
         self._stream: dict[str, list[tuple[Tensor, Tensor]]] = {"val": [], "test": []}
@@ -447,13 +446,7 @@ class RankBoostModule(CpuThreads, pl.LightningModule):
                 )
             )
             return
-        scores = self(batch["features"], batch["mask"])
-        metrics = self.val_metrics if stage == "val" else self.test_metrics
-        for name, metric in metrics.items():
-            metric.update(scores, batch["labels"], batch["mask"])
-            self.log(
-                f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=batch["mask"].shape[0]
-            )
+        self.log_list_metrics(self(batch["features"], batch["mask"]), batch, stage)
 
     def _evaluate_stream(self, stage: str) -> None:
         parts, self._stream[stage] = self._stream[stage], []

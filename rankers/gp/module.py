@@ -25,10 +25,10 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
-from metrics import ranking_metrics
 from rankers.export import export_scorer
 from rankers.gp.kernels import deformation, knn_laplacian, rbf
 from rankers.gp.preference import check_pairs, fit, fit_hyperparameters, scatter_pairs
+from rankers.list_metrics import ListMetrics
 from rankers.threads import CpuThreads
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def within_query_pairs(labels: Tensor) -> tuple[Tensor, Tensor]:
     return torch.nonzero(labels[:, None] > labels[None, :], as_tuple=True)
 
 
-class GPPreferenceModule(CpuThreads, pl.LightningModule):
+class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
     """Chu & Ghahramani's preference GP, fit once at the start of training (no gradient epochs).
 
     Args:
@@ -122,8 +122,7 @@ class GPPreferenceModule(CpuThreads, pl.LightningModule):
         self.register_buffer("sigma", torch.tensor(float(sigma)))
         self.register_buffer("n_items", torch.zeros((), dtype=torch.long))
         self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
-        self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
+        self.init_list_metrics(ks, gain=gain, empty=empty)
         self.counts: dict[str, Any] = {}
 
     # -- scoring ------------------------------------------------------------------------------------
@@ -273,13 +272,7 @@ class GPPreferenceModule(CpuThreads, pl.LightningModule):
 
     # -- evaluation -----------------------------------------------------------------------------------
     def _evaluate(self, batch: Any, stage: str) -> None:
-        scores = self(batch["features"], batch["mask"])
-        metrics = self.val_metrics if stage == "val" else self.test_metrics
-        for name, metric in metrics.items():
-            metric.update(scores, batch["labels"], batch["mask"])
-            self.log(
-                f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=batch["mask"].shape[0]
-            )
+        self.log_list_metrics(self(batch["features"], batch["mask"]), batch, stage)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, "val")

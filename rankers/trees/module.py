@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
-from metrics import ranking_metrics
 from rankers.export import export_scorer
+from rankers.list_metrics import ListMetrics
 from rankers.threads import CpuThreads
 from rankers.trees.forest import (
     BOOTSTRAPS,
@@ -52,7 +52,7 @@ def _training_arrays(loader: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return as_numpy[0].astype(np.float32), as_numpy[1].astype(np.float64), as_numpy[2].astype(np.int64)
 
 
-class RandomForestModule(CpuThreads, pl.LightningModule):
+class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
     """A random forest ranker (RankLib's RandomForests at its defaults) trained under ``train.py``.
 
     The forest is grown once, by scikit-learn on the CPU, at the start of the fit from every document
@@ -123,8 +123,7 @@ class RandomForestModule(CpuThreads, pl.LightningModule):
         self.register_buffer("n_fitted", torch.zeros((), dtype=torch.long))
         # Lightning counts steps by optimizer steps: a no-op optimizer marks the one training step
         self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
-        self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
+        self.init_list_metrics(ks, gain=gain, empty=empty)
         self._cache: dict[str, TreeEnsembleScorer] = {}  # a plain dict: the scorer is no submodule
         self.fit_info: dict[str, Any] = {}
 
@@ -223,13 +222,7 @@ class RandomForestModule(CpuThreads, pl.LightningModule):
         self.trainer.should_stop = True  # the forest was grown in on_train_start: one epoch is the fit
 
     def _evaluate(self, batch: Any, stage: str) -> None:
-        scores = self(batch["features"], batch["mask"])
-        metrics = self.val_metrics if stage == "val" else self.test_metrics
-        for name, metric in metrics.items():
-            metric.update(scores, batch["labels"], batch["mask"])
-            self.log(
-                f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=batch["mask"].shape[0]
-            )
+        self.log_list_metrics(self(batch["features"], batch["mask"]), batch, stage)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if int(self.n_fitted) > 0:  # Lightning's sanity check runs before the fit
