@@ -9,7 +9,7 @@ import numpy as np
 
 
 def fit_binary_relevance(
-    features: np.ndarray, relevant: np.ndarray, *, C: float = 1.0, max_iter: int = 1000
+    features: np.ndarray, relevant: np.ndarray, *, C: float = 1.0, tol: float = 1e-4, max_iter: int = 1000
 ) -> tuple[np.ndarray, np.ndarray]:
     """One scikit-learn ``LogisticRegression`` per label: ``weight [d, F]``, ``bias [d]`` (float32).
 
@@ -35,7 +35,7 @@ def fit_binary_relevance(
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a ConvergenceWarning at max_iter is the baseline's own business
-            model = LogisticRegression(C=C, max_iter=max_iter).fit(features, column)
+            model = LogisticRegression(C=C, tol=tol, max_iter=max_iter).fit(features, column)
         weight[label], bias[label] = model.coef_[0], model.intercept_[0]
     return weight, bias
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from metrics.label_ranking import hamming_loss, ranking_loss
-from rankers.label_ranking.baselines import fit_binary_relevance
+from rankers.label_ranking.logistic import fit_logistic
 from rankers.label_ranking.online import CalibratedPerceptron
 
 Linear = tuple[np.ndarray, np.ndarray]  # weight [d, F], bias [d]
@@ -97,43 +97,51 @@ def ranking_and_hamming(part: Linear, features: np.ndarray, relevant: np.ndarray
     return np.array([float(ranking_loss(scores, labels).mean()), float(hamming_loss(scores, labels).mean())])
 
 
-def choose_share(
+Candidate = tuple[float, float]  # (C of the logistic part, Algorithm 1's share)
+
+
+def choose_blend(
     features: np.ndarray,
     relevant: np.ndarray,
-    shares: Sequence[float],
+    candidates: Sequence[Candidate],
     *,
-    base: float = 0.1,
-    margin: float = 0.02,
+    reference: Candidate = (1.0, 0.0),
     folds: int = 3,
     seed: int = 0,
-    C: float = 1.0,
     online: dict | None = None,
-) -> tuple[float, dict[float, list[float]]]:
-    """Algorithm 1's share, chosen by ``folds``-fold cross-validation on ``features [N, F]``,
-    ``relevant [N, d]``: ``base`` unless a larger share of ``shares`` beats it on both ranking loss
-    and Hamming loss by more than ``margin`` (relative), then the one whose worse ratio to ``base``
-    is lowest; 0 (binary relevance) when ``base`` is more than ``margin`` above it on either.
+) -> tuple[Candidate, dict[Candidate, list[float]]]:
+    """The logistic part's ``C`` and Algorithm 1's share, chosen by ``folds``-fold cross-validation on
+    ``features [N, F]``, ``relevant [N, d]``: the candidate whose worse ratio to ``reference`` (binary
+    relevance at scikit-learn's default ``C``) over ranking loss and Hamming loss is lowest, so that
+    neither measure pays for the other. Ties go to the ``C`` nearest the reference's, then the smaller share.
 
-    Returns the share and the mean ``[ranking loss, Hamming loss]`` over the folds of each candidate,
-    0 (binary relevance) and ``base`` included.
+    Returns the chosen ``(C, share)`` and the mean ``[ranking loss, Hamming loss]`` over the folds of
+    each candidate and of the reference.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> x = rng.random((60, 3))
+        >>> y = (x @ rng.normal(size=(3, 2)) > 0.1).astype(int)
+        >>> (C, share), table = choose_blend(x, y, [(1.0, 0.0), (1.0, 0.5)], online={"epochs": 1, "n_runs": 2})
+        >>> (C, share) in table, sorted(table)
+        (True, [(1.0, 0.0), (1.0, 0.5)])
     """
-    candidates = sorted({0.0, float(base), *(float(share) for share in shares)})
-    folds = min(folds, len(features))
+    evaluated = sorted({(float(C), float(share)) for C, share in [*candidates, reference]})
     order = np.random.default_rng(seed).permutation(len(features))
-    totals = {share: np.zeros(2) for share in candidates}
-    for held in np.array_split(order, folds):
+    totals = {candidate: np.zeros(2) for candidate in evaluated}
+    for held in np.array_split(order, min(folds, len(features))):
         train = np.setdiff1d(order, held)
-        logistic = fit_binary_relevance(features[train], relevant[train], C=C)
         learned = fit_online(features[train], relevant[train], seed=seed, **(online or {}))
-        for share in candidates:
-            mixed = blend(logistic, learned, features[train], share)
-            totals[share] += ranking_and_hamming(mixed, features[held], relevant[held]) / folds
-    reference = np.maximum(totals[float(base)], 1e-12)
-    worse_ratio = {share: float(np.max(totals[share] / reference)) for share in candidates if share > base}
-    chosen = min(worse_ratio, key=lambda share: (worse_ratio[share], share), default=float(base))
-    if chosen == base or worse_ratio[chosen] >= 1.0 - margin:
-        chosen = float(base)
-        # the base itself costs a measure against binary relevance (genbase's cut): fall back to it
-        if np.max(totals[float(base)] / np.maximum(totals[0.0], 1e-12)) > 1.0 + margin:
-            chosen = 0.0
-    return chosen, {share: totals[share].tolist() for share in candidates}
+        for C in sorted({C for C, _ in evaluated}):
+            logistic = fit_logistic(features[train], relevant[train], C=C)
+            for share in (share for c, share in evaluated if c == C):
+                mixed = blend(logistic, learned, features[train], share)
+                totals[C, share] += ranking_and_hamming(mixed, features[held], relevant[held]) / folds
+    yardstick = totals[float(reference[0]), float(reference[1])] + 1e-12
+
+    def preference(candidate: Candidate) -> tuple[float, float, float]:
+        worse_ratio = float(np.max((totals[candidate] + 1e-12) / yardstick))
+        return worse_ratio, abs(np.log(candidate[0] / reference[0])), candidate[1]
+
+    chosen = min(((float(C), float(share)) for C, share in candidates), key=preference)
+    return chosen, {candidate: total.tolist() for candidate, total in totals.items()}

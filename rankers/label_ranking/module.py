@@ -24,14 +24,16 @@ from datamodules.multilabel import AffineScaler
 from losses.calibrated import calibrated_ranking_loss
 from metrics.label_ranking import LABEL_RANKING_METRICS, TOP_LABEL_METRICS
 from rankers.label_ranking.baselines import fit_binary_relevance
-from rankers.label_ranking.blend import blend, choose_share
+from rankers.label_ranking.blend import blend, choose_blend
 from rankers.label_ranking.export import LinearLabelScorer, MLPLabelScorer, export_label_scorer
+from rankers.label_ranking.logistic import fit_logistic
 from rankers.label_ranking.online import CalibratedPerceptron
 from rankers.neural.module import PassLimit
 
 Batch = dict[str, Tensor]
-# the larger shares of Algorithm 1 that share="cv" tries against base_share; docs/label_ranking.md
-DEFAULT_SHARES = (0.2, 0.3, 0.5, 0.7)
+# what C="cv" and share="cv" choose from (docs/label_ranking.md: nested CV on seven MULAN sets)
+DEFAULT_CS = (0.1, 0.3, 1.0, 3.0, 10.0)
+DEFAULT_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
 class LabelRankerModule(PassLimit, pl.LightningModule):
@@ -113,12 +115,12 @@ class CalibratedLabelRanker(LabelRankerModule):
     tensor program updates all of them. Prediction uses the runs' averaged weights, averaged.
 
     On multilabel data the hypothesis is then blended with the calibration constraints' logistic
-    solution (``rankers.label_ranking.blend``): ``share`` of Algorithm 1, the rest binary relevance,
-    both calibrated linear sorting functions, so the blend is one too. ``share="cv"`` picks it from
-    ``shares`` by cross-validation on the training split (``base_share`` unless a larger share is
-    clearly better on both ranking and Hamming loss, 0 when ``base_share`` is clearly worse than
-    binary relevance on either); top-label data uses Algorithm 1 alone (the
-    logistic part cannot see the order of the relevant labels).
+    solution (``rankers.label_ranking.blend``): ``share`` of Algorithm 1, the rest the L2-regularized
+    logistic regression of the calibration constraints (binary relevance at ``C``), both calibrated
+    linear sorting functions, so the blend is one too. ``share="cv"`` and ``C="cv"`` pick them from
+    ``shares`` and ``Cs`` by cross-validation on the training split: the pair whose worse ratio to
+    binary relevance at ``C=1`` over ranking and Hamming loss is lowest (``blend.choose_blend``).
+    Top-label data uses Algorithm 1 alone (the logistic part cannot see the order of the relevant labels).
 
     Args:
         epochs: passes over the training data.
@@ -129,10 +131,10 @@ class CalibratedLabelRanker(LabelRankerModule):
         average: averaged-perceptron hypothesis (else the last weights).
         bias: append a constant feature (each label its own offset against the zero point).
         seed: the runs' orders.
-        share: Algorithm 1's share of the blend (1: Algorithm 1 alone), or ``"cv"``.
-        base_share: what ``"cv"`` keeps unless a larger share of ``shares`` beats it on both ranking
-            and Hamming loss by more than ``share_margin`` (relative) in ``share_folds``-fold CV.
-        C: the logistic part's inverse regularization (scikit-learn's ``LogisticRegression``).
+        share: Algorithm 1's share of the blend (1: Algorithm 1 alone), or ``"cv"`` (one of ``shares``).
+        C: the logistic part's inverse regularization (as scikit-learn's ``LogisticRegression``'s),
+            or ``"cv"`` (one of ``Cs``).
+        cv_folds: folds of the cross-validation that chooses them.
     """
 
     def __init__(
@@ -151,11 +153,10 @@ class CalibratedLabelRanker(LabelRankerModule):
         bias: bool = True,
         seed: int = 0,
         share: float | str = "cv",
-        base_share: float = 0.1,
         shares: list[float] | None = None,
-        share_margin: float = 0.02,
-        share_folds: int = 3,
-        C: float = 1.0,
+        C: float | str = "cv",
+        Cs: list[float] | None = None,
+        cv_folds: int = 3,
         monitor: str = "val/ranking_loss",
     ) -> None:
         super().__init__(
@@ -171,12 +172,15 @@ class CalibratedLabelRanker(LabelRankerModule):
         self.automatic_optimization = False
         if share != "cv" and not 0.0 <= float(share) <= 1.0:
             raise ValueError(f"model.share must be 'cv' or in [0, 1], got {share!r}")
+        if C != "cv" and not float(C) > 0.0:
+            raise ValueError(f"model.C must be 'cv' or > 0, got {C!r}")
         # top-label data: the logistic part sees relevance only, not the order Algorithm 1 learns
         self.blends = not ranked and share != 1
         self.split: tuple[np.ndarray, np.ndarray] | None = None  # the training split, once the first pass kept it
         self.logistic: tuple[np.ndarray, np.ndarray] | None = None
         self.chosen_share: float | None = None if share == "cv" else float(share)
-        self.share_table: dict[float, list[float]] = {}
+        self.chosen_C: float | None = None if C == "cv" else float(C)
+        self.cv_table: dict[tuple[float, float], list[float]] = {}
         online_loss = ("kendall" if ranked else "hamming") if loss == "auto" else loss
         width = n_features + int(bias)
         self.learner = CalibratedPerceptron(
@@ -231,37 +235,37 @@ class CalibratedLabelRanker(LabelRankerModule):
         if self.split is None:
             self.split = self.kept_split()
         x, y = self.split
+        if self.chosen_share is None or self.chosen_C is None:
+            self._choose_blend(x, y)
         if self.logistic is None:
-            self.logistic = fit_binary_relevance(x, y > 0, C=self.hparams.C)
-        if self.chosen_share is None:
-            online = {"epochs": self.passes, "n_runs": self.hparams.n_runs, "loss": self.learner.loss}
-            self.chosen_share, table = choose_share(
-                x,
-                y,
-                self.hparams.shares or DEFAULT_SHARES,
-                base=self.hparams.base_share,
-                margin=self.hparams.share_margin,
-                folds=self.hparams.share_folds,
-                seed=self.hparams.seed,
-                C=self.hparams.C,
-                online=online,
-            )
-            self.share_table = table
+            self.logistic = fit_logistic(x, y > 0, C=self.chosen_C)
         online = (weight.double().cpu().numpy(), bias.double().cpu().numpy())
         mixed_weight, mixed_bias = blend(self.logistic, online, x, self.chosen_share)
         self.log("train/share", self.chosen_share)
+        self.log("train/C", self.chosen_C)
         as_tensor = partial(torch.as_tensor, dtype=torch.float32, device=self.core.weight.device)
         return as_tensor(mixed_weight), as_tensor(mixed_bias)
+
+    def _choose_blend(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Cross-validate the (C, share) pairs the settings leave open on the training split."""
+        Cs = [self.chosen_C] if self.chosen_C is not None else list(self.hparams.Cs or DEFAULT_CS)
+        shares = [self.chosen_share] if self.chosen_share is not None else list(self.hparams.shares or DEFAULT_SHARES)
+        online = {"epochs": self.passes, "n_runs": self.hparams.n_runs, "loss": self.learner.loss}
+        candidates = [(C, share) for C in Cs for share in shares]
+        (self.chosen_C, self.chosen_share), self.cv_table = choose_blend(
+            x, y, candidates, folds=self.hparams.cv_folds, seed=self.hparams.seed, online=online
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD([self.step_marker], lr=0.0)
 
     def extra_results(self, out_dir: str | Path) -> dict[str, Any]:
-        """results.json's ``blend``: Algorithm 1's share and, when chosen by CV, each share's mean
-        ``[ranking loss, Hamming loss]`` over the folds."""
+        """results.json's ``blend``: the logistic part's ``C``, Algorithm 1's share and, when chosen by
+        CV, each candidate's mean ``[ranking loss, Hamming loss]`` over the folds (``"C/share"`` keys)."""
         if not self.blends:
             return {"blend": {"share": 1.0}}
-        return {"blend": {"share": self.chosen_share, "cv": {str(k): v for k, v in self.share_table.items()}}}
+        table = {f"{C:g}/{share:g}": losses for (C, share), losses in self.cv_table.items()}
+        return {"blend": {"C": self.chosen_C, "share": self.chosen_share, "cv": table}}
 
     # the learner is not an nn.Module: carry its state in checkpoints (to resume a fit)
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -272,6 +276,7 @@ class CalibratedLabelRanker(LabelRankerModule):
             "logistic": as_tensors(self.logistic),
             "split": as_tensors(self.split),
             "share": self.chosen_share,
+            "C": self.chosen_C,
             "kept": self.kept_batches,
         }
 
@@ -284,6 +289,7 @@ class CalibratedLabelRanker(LabelRankerModule):
             as_arrays = lambda parts: None if parts is None else tuple(part.numpy() for part in parts)  # noqa: E731
             self.logistic, self.split = as_arrays(saved["logistic"]), as_arrays(saved["split"])
             self.chosen_share, self.kept_batches = saved["share"], saved["kept"]
+            self.chosen_C = saved.get("C", self.chosen_C)  # checkpoints before C was chosen: the hparam
 
 
 class NeuralLabelRanker(LabelRankerModule):
@@ -350,7 +356,7 @@ class BinaryRelevanceRanker(LabelRankerModule):
     features (the field's baseline), fitted once on the whole training split; its decision values are
     the label scores, so the calibrated cut ``score > 0`` is ``P(relevant) > 1/2``.
 
-    Args: ``C``, ``max_iter``: LogisticRegression's.
+    Args: ``C``, ``tol``, ``max_iter``: LogisticRegression's.
     """
 
     def __init__(
@@ -362,6 +368,7 @@ class BinaryRelevanceRanker(LabelRankerModule):
         label_names: list[str] | None = None,
         ranked: bool = False,
         C: float = 1.0,
+        tol: float = 1e-4,
         max_iter: int = 1000,
         monitor: str = "val/ranking_loss",
     ) -> None:
@@ -385,7 +392,9 @@ class BinaryRelevanceRanker(LabelRankerModule):
 
     def on_train_epoch_end(self) -> None:
         x, y = self.kept_split()
-        weight, bias = fit_binary_relevance(x, y > 0, C=self.hparams.C, max_iter=self.hparams.max_iter)
+        weight, bias = fit_binary_relevance(
+            x, y > 0, C=self.hparams.C, tol=self.hparams.tol, max_iter=self.hparams.max_iter
+        )
         self.core.weight.copy_(torch.from_numpy(weight))
         self.core.bias.copy_(torch.from_numpy(bias))
         super().on_train_epoch_end()
