@@ -1,56 +1,79 @@
 #!/usr/bin/env bash
-# Every GPU figure of issue 14 in one call (about 10 minutes on one H100), as one markdown file:
+# Every GPU figure of docs/benchmarks.md ("GPU") in one call, as one markdown file:
 #
 #     bash bench/gpu_all.sh [OUT.md]          # default: $OUT/gpu_figures.md, else ./gpu_figures.md
 #     STEPS="tests perceptron" bash bench/gpu_all.sh   # a subset
+#     BUDGET=300 bash bench/gpu_all.sh        # seconds for all steps together (default 560)
 #
-# Steps (each under its own time limit, so one slow step cannot eat the others' time; a step that
-# fails or times out is recorded as such and the rest still run):
-#   build       python -m kernels.build (the C++ kernel, for the CPU rows)
-#   tests       the GPU-only tests (Triton kernel vs tensor path on CUDA, gpu_fast training, syncs)
+# Measured on one H200 on 2026-11-27 (docs/benchmarks.md): every step below but losses took 421 s,
+# losses about 15 s per measurement (each runs in its own process) on top. Steps, in this order
+# (each under its own time limit, cut to what is left of BUDGET, so one slow step cannot eat the
+# others' time and the script ends inside BUDGET; a step that fails or times out is recorded as
+# such, and one with under 20 s left is recorded as not run):
+#   build       python -m kernels.build (the C++ kernels, for the CPU rows)
+#   tests       the GPU-only tests (Triton kernels vs tensor path on CUDA, gpu_fast training, syncs)
 #   perceptron  bench/perceptron.py --device cuda: R=20 x N=100 x T=50,000 at d=6 and d=300
-#   table1      the same at R=60 (Table 1's three tau in one tensor) with the Triton launch sweep
-#   harrington  python train.py experiment=harrington2003 harrington.device=cuda (the whole Table 1)
 #   training    bench/train_throughput.py --device cuda: one MSLR-WEB30K-sized epoch
-#   losses      bench/losses.py --device cuda: LambdaRank's Triton kernel vs the tensor path and the reference
+#   gp          bench/gp.py --device cuda, then the same on one CPU thread of that machine
 #   ensemble    bench/ensemble_scorer.py --device cuda: stacked ensemble members vs a loop over K networks
-#   gp          bench/gp.py --device cuda: one active-learning step of T GP tasks batched vs a one-task loop
+#   harrington  python train.py experiment=harrington2003 harrington.device=cuda (the whole Table 1)
+#   committee   bench/committee_perceptron.py --device cuda
+#   rankboost   bench/rankboost.py --device cuda on 40,000 synthetic documents
+#   table1      the perceptron stream at R=60 (Table 1's three tau in one tensor) with the Triton launch sweep
+#   linklearn   bench/linklearn.py --device cuda
+#   losses      bench/losses.py --device cuda: LambdaRank's Triton kernel vs the tensor path and the reference
 #
-# On the lent GPU machines hydra-core, omegaconf and antlr4-python3-runtime are missing: carry them as
-# wheels (the device tool's README) and put them on PYTHONPATH before this script. Keep the whole call
-# well inside its limit (STEPS= a subset): a call that outruns it returns no file at all.
+# The full logs go to $TMPDIR/gpu_logs and, after every step, into gpu_logs.tar.gz beside the
+# report, so a call cut short still returns what finished. On the lent GPU machines hydra-core,
+# omegaconf and antlr4-python3-runtime (and liac-arff) are missing: carry them as wheels (the device
+# tool's README) and put them on PYTHONPATH before this script; there .git may not travel, so pass
+# COMMIT=<hash> for the report's header.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+START=$SECONDS
+DEADLINE=$((START + ${BUDGET:-560}))
 OUTFILE="${1:-${OUT:-.}/gpu_figures.md}"
-STEPS="${STEPS:-build tests perceptron table1 harrington training losses ensemble gp}"
-LOGDIR="$(dirname "$OUTFILE")/gpu_logs"
-mkdir -p "$LOGDIR"
-export PYTHONUNBUFFERED=1
+OUTDIR="$(dirname "$OUTFILE")"
+STEPS="${STEPS:-build tests perceptron training gp ensemble harrington committee rankboost table1 linklearn losses}"
+LOGDIR="${TMPDIR:-/tmp}/gpu_logs"
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR" "$OUTDIR"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 # the interpreter that holds torch: on the lent GPU machines a plain `python` is not the venv's (2026-11-27:
 # every step failed with "No module named torch"); PYTHON=... overrides
 PY="${PYTHON:-python3}"
+COMMIT="${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
 
 {
-  echo "# GPU figures (issue 14)"
+  echo "# GPU figures"
   echo
-  echo "Produced by \`bash bench/gpu_all.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')."
+  echo "Produced by \`bash bench/gpu_all.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $COMMIT."
   echo
   echo '```'
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi unavailable"
-  "$PY" -c "import torch, triton; print('torch', torch.__version__, '| triton', triton.__version__, '| cuda', torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')" 2>&1
-  echo "CPU cores: $(nproc)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv 2>&1 | head -3
+  "$PY" -c "import sys, torch, triton; print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda, '| triton', triton.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" 2>&1
+  echo "CPU cores: $(nproc); $(uname -r)"
   echo '```'
 } > "$OUTFILE"
 
-# step NAME LIMIT_SECONDS FILTER COMMAND...: run it, keep its full log, put the filtered output in the report
+save_logs() { tar czf "$OUTDIR/gpu_logs.tar.gz" -C "$(dirname "$LOGDIR")" "$(basename "$LOGDIR")" 2>/dev/null; }
+
+# step NAME LIMIT FILTER COMMAND...: run it under min(LIMIT, time left), keep its full log, put the
+# filtered output (and the log's tail if it failed) in the report
 step() {
   local name="$1" limit="$2" filter="$3"
   shift 3
   case " $STEPS " in *" $name "*) ;; *) return ;; esac
+  local left=$((DEADLINE - SECONDS - 5))
+  if [ "$left" -lt 20 ]; then
+    printf '\n## %s\n\nnot run: %s s left of BUDGET\n' "$name" "$left" >> "$OUTFILE"
+    return
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
   local log="$LOGDIR/$name.log" start=$SECONDS
-  echo ">>> $name: $*" >&2
-  timeout "$limit" "$@" > "$log" 2>&1
+  echo ">>> $name (limit ${limit} s, at $((SECONDS - START)) s): $*" >&2
+  timeout -k 5 "$limit" "$@" > "$log" 2>&1
   local rc=$?
   {
     echo
@@ -58,21 +81,32 @@ step() {
     echo
     echo "\`$*\`: exit $rc$([ $rc -eq 124 ] && echo " (timed out after ${limit} s)") in $((SECONDS - start)) s"
     echo
-    grep -E "$filter" "$log" || true
+    echo '```'
+    grep -E "$filter" "$log" | cut -c1-400 || true
+    [ $rc -ne 0 ] && { echo "--- last lines:"; tail -n 15 "$log" | cut -c1-400; }
+    echo '```'
   } >> "$OUTFILE"
+  echo "<<< $name: exit $rc in $((SECONDS - start)) s" >&2
+  save_logs
 }
 
-TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep)'
-step build 300 'kernel' "$PY" -m kernels.build
-step tests 240 '(passed|failed|error|skipped)' "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/
-step perceptron 150 "$TABLE" "$PY" bench/perceptron.py --device cuda --dims 6 300
-step table1 120 "$TABLE" "$PY" bench/perceptron.py --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
-step harrington 150 "$TABLE" "$PY" train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
-step training 330 "$TABLE" "$PY" bench/train_throughput.py --device cuda
-step losses 150 "$TABLE" "$PY" bench/losses.py --device cuda --shapes 64x128 16x512 4x4096 --losses ranknet "lambdarank (all pairs)" lambdarank@10 "lambdaloss ndcg_loss2pp"
-step ensemble 90 "$TABLE" "$PY" bench/ensemble_scorer.py --device cuda
-step gp 90 "$TABLE" "$PY" bench/gp.py --device cuda
+TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep|machine|T=|loop|batched|ratio)'
+# only the files that hold GPU tests: collecting the whole suite costs time and imports optional packages
+GPU_TESTS="tests/kernels tests/rankers/test_pipeline.py tests/rankers/neural/test_fast_training.py"
+step build 40 '.' "$PY" -m kernels.build
+step tests 110 '(passed|failed|error|skipped|FAILED|ERROR|Error)' "$PY" -m pytest -q -m gpu -p no:cacheprovider -rA $GPU_TESTS
+step perceptron 80 "$TABLE" "$PY" bench/perceptron.py --device cuda --dims 6 300
+step training 150 "$TABLE" "$PY" bench/train_throughput.py --device cuda
+step gp 40 '.' bash -c "$PY bench/gp.py --device cuda && $PY bench/gp.py --device cpu --threads 1"
+step ensemble 40 "$TABLE" "$PY" bench/ensemble_scorer.py --device cuda
+step harrington 60 '.' "$PY" train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
+step committee 40 "$TABLE" "$PY" bench/committee_perceptron.py --device cuda
+step rankboost 40 "$TABLE" "$PY" bench/rankboost.py --train synthetic:100,400,136 --rounds 100 --reference-rounds 10 --device cuda
+step table1 50 "$TABLE" "$PY" bench/perceptron.py --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
+step linklearn 40 "$TABLE" "$PY" bench/linklearn.py --device cuda
+step losses 240 "$TABLE" "$PY" bench/losses.py --device cuda --shapes 16x512 4x4096 64x128 --losses "lambdarank (all pairs)" lambdarank@10
 
 echo >> "$OUTFILE"
-echo "Full logs: $LOGDIR" >> "$OUTFILE"
+echo "Total $((SECONDS - START)) s. Full logs: $LOGDIR (and gpu_logs.tar.gz beside this file)" >> "$OUTFILE"
+save_logs
 cat "$OUTFILE"
