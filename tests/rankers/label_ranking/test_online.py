@@ -8,7 +8,7 @@ import torch
 
 from datamodules.multilabel import planted_label_ranking
 from metrics.label_ranking import footrule_distance, hamming_loss, kendall_tau_distance
-from rankers.label_ranking.online import CalibratedPerceptron
+from rankers.label_ranking.online import MANY_LABELS, CalibratedPerceptron
 
 
 def constraints(y: np.ndarray, pairs: str) -> tuple[list[tuple[int, int]], list[int], list[int]]:
@@ -101,3 +101,21 @@ def test_a_separable_planted_model_is_learned():
     # mistakes become rarer pass by pass, and the test loss is a small fraction of chance's
     chance = kendall_tau_distance(torch.randn(len(test_y), 5, generator=generator), test_y).mean()
     assert passes[-1] < 0.6 * passes[0] and kendall_tau_distance(scores, test_y).mean() < min(0.04, chance / 5)
+
+
+@pytest.mark.parametrize("loss", ["hamming", "constraints"])
+def test_the_many_label_stream_equals_the_python_loop(loss):
+    """0/1 labels on MANY_LABELS or more labels take the per-row stream: after the first pass most
+    steps change few weight vectors, so both of its update branches run; two calls carry the state."""
+    generator = torch.Generator().manual_seed(4)
+    d = MANY_LABELS + 8
+    x = torch.randn(2, 300, 12, generator=generator)
+    y = (x @ torch.randn(12, d, generator=generator) > 2.0).float()  # a linear truth, 2-3 relevant of 40
+    x, y = x.repeat(1, 3, 1), y.repeat(1, 3, 1)  # three passes over each run's stream
+    fast, reference = (CalibratedPerceptron(12, d, n_runs=2, loss=loss, scripted=s) for s in (True, False))
+    for part in (slice(0, 350), slice(350, None)):
+        online = fast.partial_fit(x[:, part], y[:, part])
+        torch.testing.assert_close(online, reference.partial_fit(x[:, part], y[:, part]))
+    torch.testing.assert_close(fast.weights, reference.weights)
+    torch.testing.assert_close(fast.hypothesis(), reference.hypothesis(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast.updates, reference.updates)
