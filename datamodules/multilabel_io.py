@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from datamodules.errors import DataError
+from datamodules.letor_io import _parser_input
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,9 @@ def read_svmlight_multilabel(
 
     path = Path(path)
     try:
-        x, y = load_svmlight_file(str(path), multilabel=True, n_features=n_features, zero_based=False)
+        # a lone \r ends a line here as in the LETOR reader (sklearn splits on \n only and would join them)
+        with _parser_input(path) as source:
+            x, y = load_svmlight_file(str(source), multilabel=True, n_features=n_features, zero_based=False)
     except (ValueError, OSError) as error:
         raise MultilabelFormatError(f"{path}:{_svmlight_bad_line(path)}: not SVMlight multilabel: {error}") from None
     if x.shape[0] == 0:

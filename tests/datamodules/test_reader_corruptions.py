@@ -148,6 +148,7 @@ def test_a_corrupted_arff_file_reads_whole_or_is_refused_by_name(tmp_path, data)
 
 @SETTINGS
 @given(data=corrupted(svmlight_multilabel_file))
+@example(data=b" 1:0.\r 2:0.0\n")  # a lone \r: two lines, which sklearn's parser read as one
 def test_a_corrupted_svmlight_multilabel_file_reads_whole_or_is_refused_by_name(tmp_path, data):
     path = tmp_path / "corrupt.svm"
     path.write_bytes(data)
