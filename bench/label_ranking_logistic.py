@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import machine
+from bench.label_ranking_share import minmax
 from datamodules.multilabel_io import read_multilabel
 from rankers.label_ranking.baselines import fit_binary_relevance
 from rankers.label_ranking.logistic import fit_logistic
@@ -66,9 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     for train_path, labels in args.data:
         option = {"n_labels": int(labels)} if labels.isdigit() else {"labels": labels}
         data, _ = read_multilabel(train_path, **option)
-        x = data.features.astype(np.float64)
-        low, span = x.min(0), np.ptp(x, 0)
-        x = (x - low) / np.where(span < 1e-12, 1.0, span)
+        x, _ = minmax(data.features.astype(np.float64), data.features[:0].astype(np.float64))
         y = (data.labels > 0).astype(int)
         name = Path(train_path).stem.removesuffix("-train")
         for C in args.C:

@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._timing import machine
+from datamodules.multilabel import affine_parameters
 from datamodules.multilabel_io import read_multilabel
 from rankers.label_ranking.baselines import fit_binary_relevance
 from rankers.label_ranking.blend import blend, choose_blend, fit_online, ranking_and_hamming
@@ -40,8 +41,8 @@ SHOWN = {"C=1 share=0": (1.0, 0.0), "C=1 share=0.1": (1.0, 0.1), "C=1 share=0.3"
 
 
 def minmax(train: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    low, span = train.min(0), train.max(0) - train.min(0)
-    span[span < 1e-12] = 1.0
+    """Both parts scaled in float64 by the min-max scaling fitted on ``train`` (``data=multilabel``'s)."""
+    low, span = affine_parameters("minmax", train)
     return (train - low) / span, (held - low) / span
 
 

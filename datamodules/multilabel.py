@@ -25,6 +25,23 @@ log = logging.getLogger(__name__)
 SCALINGS = ("minmax", "zscore", "none")
 
 
+def affine_parameters(kind: str, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``shift`` and ``scale`` ``[F]`` (float64) of ``minmax`` or ``zscore`` scaling fitted on
+    ``features [N, F]``; a constant feature gets scale 1 (it becomes 0, never inf or NaN).
+
+    Example:
+        >>> affine_parameters("minmax", np.array([[0.0, 5.0], [2.0, 5.0]]))
+        (array([0., 5.]), array([2., 1.]))
+    """
+    values = features.astype(np.float64)
+    if kind == "minmax":
+        shift, scale = values.min(0), values.max(0) - values.min(0)
+    else:
+        shift, scale = values.mean(0), values.std(0)
+    scale[scale < 1e-12] = 1.0
+    return shift, scale
+
+
 class AffineScaler(nn.Module):
     """``(x - shift) / scale`` per feature, fitted on the training features.
 
@@ -50,12 +67,7 @@ class AffineScaler(nn.Module):
         width = features.shape[1]
         if kind == "none" or len(features) == 0:
             return cls(torch.zeros(width), torch.ones(width), kind)
-        values = features.astype(np.float64)
-        if kind == "minmax":
-            shift, scale = values.min(0), values.max(0) - values.min(0)
-        else:
-            shift, scale = values.mean(0), values.std(0)
-        scale[scale < 1e-12] = 1.0  # a constant feature becomes 0, never inf or NaN
+        shift, scale = affine_parameters(kind, features)
         return cls(torch.from_numpy(shift), torch.from_numpy(scale), kind)
 
     def forward(self, features: Tensor) -> Tensor:

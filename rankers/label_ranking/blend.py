@@ -75,8 +75,13 @@ def score_scale(part: Linear, features: np.ndarray) -> float:
     return rms if rms > 1e-12 else 1.0
 
 
-def blend(logistic: Linear, online: Linear, features: np.ndarray, share: float) -> Linear:
+def blend(
+    logistic: Linear, online: Linear, features: np.ndarray, share: float, *, scales: tuple[float, float] | None = None
+) -> Linear:
     """``(1 - share) * logistic / rms + share * online / rms``: one calibrated linear sorting function.
+
+    ``scales``: the two parts' ``score_scale`` on ``features`` when the caller already has them (the
+    CV blends each pair of parts at every share).
 
     Example:
         >>> x = np.array([[1.0], [-1.0]])
@@ -86,7 +91,7 @@ def blend(logistic: Linear, online: Linear, features: np.ndarray, share: float) 
     """
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share must be in [0, 1], got {share}")
-    a, b = score_scale(logistic, features), score_scale(online, features)
+    a, b = scales or (score_scale(logistic, features), score_scale(online, features))
     weight = (1 - share) * logistic[0] / a + share * online[0] / b
     bias = (1 - share) * logistic[1] / a + share * online[1] / b
     return weight, bias
@@ -131,14 +136,17 @@ def choose_blend(
     evaluated = sorted({(float(C), float(share)) for C, share in [*candidates, reference]})
     order = np.random.default_rng(seed).permutation(len(features))
     totals = {candidate: np.zeros(2) for candidate in evaluated}
-    for held in np.array_split(order, min(folds, len(features))):
+    n_folds = min(folds, len(features))
+    for held in np.array_split(order, n_folds):
         train = np.setdiff1d(order, held)
         learned = fit_online(features[train], relevant[train], seed=seed, **(online or {}))
+        learned_scale = score_scale(learned, features[train])
         for C in sorted({C for C, _ in evaluated}):
             logistic = fit_logistic(features[train], relevant[train], C=C)
+            scales = (score_scale(logistic, features[train]), learned_scale)
             for share in (share for c, share in evaluated if c == C):
-                mixed = blend(logistic, learned, features[train], share)
-                totals[C, share] += ranking_and_hamming(mixed, features[held], relevant[held]) / folds
+                mixed = blend(logistic, learned, features[train], share, scales=scales)
+                totals[C, share] += ranking_and_hamming(mixed, features[held], relevant[held]) / n_folds
     yardstick = totals[float(reference[0]), float(reference[1])] + 1e-12
 
     def preference(candidate: Candidate) -> tuple[float, float, float]:

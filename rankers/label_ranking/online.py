@@ -145,8 +145,7 @@ class CalibratedPerceptron:
             return self._stream(features, labels)
 
     def _stream(self, features: Tensor, labels: Tensor) -> Tensor:
-        binary = bool(((labels == 0) | (labels == 1)).all())
-        if self.scripted and self.loss in ("hamming", "constraints") and self.d >= MANY_LABELS and binary:
+        if self._per_row(labels):
             return self._stream_binary(features, labels)
         steps = features.shape[1]
         losses = torch.empty(self.r, steps, device=self.device)
@@ -193,6 +192,13 @@ class CalibratedPerceptron:
                 losses[:, start + i] = loss
         self.steps += steps
         return losses
+
+    def _per_row(self, labels: Tensor) -> bool:
+        """Whether ``_stream_binary`` takes the stream: the scripted hamming/constraints loop on the CPU
+        with ``MANY_LABELS`` or more 0/1 labels. Not on a GPU: its per-row steps branch on the host
+        (how many rows changed), a sync every step that the dense loop, all on the device, avoids."""
+        scripted = self.scripted and self.loss in ("hamming", "constraints") and self.device.type == "cpu"
+        return scripted and self.d >= MANY_LABELS and bool(((labels == 0) | (labels == 1)).all())
 
     def _stream_binary(self, features: Tensor, labels: Tensor) -> Tensor:
         """The scripted stream for 0/1 labels (multilabel data), where the constraints are P x N

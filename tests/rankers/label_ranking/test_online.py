@@ -119,3 +119,14 @@ def test_the_many_label_stream_equals_the_python_loop(loss):
     torch.testing.assert_close(fast.weights, reference.weights)
     torch.testing.assert_close(fast.hypothesis(), reference.hypothesis(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast.updates, reference.updates)
+
+
+def test_the_per_row_stream_is_taken_only_where_it_pays():
+    y = (torch.rand(5, MANY_LABELS, generator=torch.Generator().manual_seed(5)) < 0.3).float()
+    assert CalibratedPerceptron(3, MANY_LABELS)._per_row(y)
+    assert not CalibratedPerceptron(3, MANY_LABELS - 1)._per_row(y[:, 1:])  # few labels: the dense loop
+    assert not CalibratedPerceptron(3, MANY_LABELS)._per_row(y * 2)  # graded labels: R(y) is not P x N
+    assert not CalibratedPerceptron(3, MANY_LABELS, loss="kendall")._per_row(y)
+    assert not CalibratedPerceptron(3, MANY_LABELS, scripted=False)._per_row(y)
+    # off the CPU (here the meta device stands for a GPU): no per-step host branches
+    assert not CalibratedPerceptron(3, MANY_LABELS, device="meta")._per_row(y)
