@@ -35,6 +35,28 @@ def cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
+def table(markdown: str, header: str) -> tuple[list[str], list[list[str]]] | None:
+    """The column names and the body rows' cells of the first table whose header starts ``header``."""
+    lines = markdown.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+    if start is None:
+        return None
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(cells(line))
+    return cells(lines[start]), rows
+
+
+def column(names: list[str], measure: str, header: str, *, seeds: bool = False) -> int:
+    """Where ``measure``'s column is (its per-seed column with ``seeds``), or a ValueError naming the table."""
+    for i, name in enumerate(names):
+        if (name.startswith(measure) and "seeds" in name) if seeds else name == measure:
+            return i
+    raise ValueError(f"the table headed {header!r} has no {measure!r} column{' (seeds ...)' if seeds else ''}")
+
+
 def curve_rows(markdown: str) -> tuple[list[tuple[int, str, dict[str, float]]], int]:
     """The table's measured rows ``(training links, note, {measure: MAP / BM25})`` and the number of
     rows left out for want of figures.
@@ -54,17 +76,13 @@ def curve_rows(markdown: str) -> tuple[list[tuple[int, str, dict[str, float]]], 
         >>> [links for links, _, _ in rows], skipped
         ([0, 1000], 1)
     """
-    lines = markdown.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith(HEADER)), None)
-    if start is None:
+    found = table(markdown, HEADER)
+    if found is None:
         raise ValueError(f"no table with a header starting {HEADER!r}")
-    names = cells(lines[start])
-    columns = [names.index(measure) for measure in MEASURES]
+    names, body = found
+    columns = [column(names, measure, HEADER) for measure in MEASURES]
     rows, skipped = [], 0
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        row = cells(line)
+    for row in body:
         match = re.match(r"([\d,]+)\s*(?:\((.*)\))?$", row[0])
         try:
             values = {measure: float(row[column]) for measure, column in zip(MEASURES, columns)}
@@ -91,22 +109,27 @@ def seed_values(markdown: str) -> dict[str, dict[int, list[float]]]:
         >>> seed_values(table)["classic-like mean"]
         {1000: [1.0942, 1.0858], 41805: [1.0969, 1.0881]}
     """
-    lines = markdown.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith(SEEDS_HEADER)), None)
-    if start is None:
+    found = table(markdown, SEEDS_HEADER)
+    if found is None:
         return {}
-    names = cells(lines[start])
-    columns = {m: next(i for i, name in enumerate(names) if name.startswith(m) and "seeds" in name) for m in MEASURES}
+    names, body = found
+    columns = {m: column(names, m, SEEDS_HEADER, seeds=True) for m in MEASURES}
     values: dict[str, dict[int, list[float]]] = {m: {} for m in MEASURES}
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        row = cells(line)
-        links = int(re.search(r"\d[\d,]*", row[0]).group(0).replace(",", ""))
+    for row in body:
+        number = re.search(r"\d[\d,]*", row[0])
+        if number is None:
+            raise ValueError(f"the table headed {SEEDS_HEADER!r}: row {row[0]!r} names no number of training links")
+        links = int(number.group(0).replace(",", ""))
         if links == 0:  # the start: one value, drawn as its level
             continue
-        for measure, column in columns.items():
-            values[measure][links] = [float(value) for value in row[column].split(";")]
+        for measure, at in columns.items():
+            try:
+                values[measure][links] = [float(value) for value in row[at].split(";")]
+            except (ValueError, IndexError):
+                cell = row[at] if at < len(row) else ""
+                raise ValueError(
+                    f"the table headed {SEEDS_HEADER!r}: row {row[0]!r} has {cell!r} for {measure!r}, not a; b; ..."
+                ) from None
     return values
 
 
@@ -123,18 +146,16 @@ def main(argv: list[str] | None = None) -> None:
     other = [(links, note, values) for links, note, values in rows if links > 0 and "split" in note]
     seed_0 = {f"{m} (80/20 split, seed 0)": {links: values[m] for links, values in curve} for m in MEASURES}
     levels = {f"{m}, untrained start": starts[0][m] for m in MEASURES} if starts else None
-    marks = {
-        f"{m} ({', '.join(note for _, note, _ in other)})": {links: values[m] for links, _, values in other}
-        for m in MEASURES
-    }
+    split_note = ", ".join(note for _, note, _ in other)
+    marks = {f"{m} ({split_note})": {links: values[m] for links, _, values in other} for m in MEASURES} if other else {}
     seeds = seed_values(page)
-    if seeds:  # the mean over the seeds is the line, seed 0 a point set beside it
+    if seeds and any(seeds[MEASURES[0]].values()):  # the mean over the seeds is the line, seed 0 points beside it
         n_seeds = len(next(iter(seeds[MEASURES[0]].values())))
         series = {f"{m}, mean of {n_seeds} seeds": {x: sum(v) / len(v) for x, v in seeds[m].items()} for m in MEASURES}
-        marks = {**seed_0, **(marks if other else {})}
+        marks = {**seed_0, **marks}
         bands = {f"{m}, range over seeds": {x: (min(v), max(v)) for x, v in seeds[m].items()} for m in MEASURES}
     else:
-        series, bands, marks = seed_0, None, marks if other else None
+        series, bands, marks = seed_0, None, marks or None
     title = (
         "LinkLearn on wikispeedia_train: held-out MAP / BM25 after two epochs\n"
         "(means over the self-made held-out sets, docs/linklearn.md)"

@@ -1,6 +1,6 @@
 """PNG figures for experiment tables and benchmarks (matplotlib, Agg backend: no display needed).
 
-Three shapes, each a pure function of plain Python data that writes one PNG and returns its path
+Four shapes, each a pure function of plain Python data that writes one PNG and returns its path
 (None when matplotlib is missing: a figure never fails a run or a benchmark that measured):
 
 - :func:`paper_table_plot`: a paper's table reproduced, ours with its 95% interval beside the
@@ -155,8 +155,7 @@ def speed_plot(
     Returns:
         ``path``, or None without matplotlib or points.
     """
-    plt = _pyplot()
-    lines = {name: dict(sorted(points.items())) for name, points in series.items() if points}
+    plt, lines = _pyplot(), _sorted_lines(series)
     if plt is None or not lines:
         return None
     figure, axes = plt.subplots(figsize=(7, 4))
@@ -164,9 +163,7 @@ def speed_plot(
         axes.plot(list(points), list(points.values()), marker="o", label=name)
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.grid(alpha=0.3, which="both")
+    _label_axes(axes, xlabel, ylabel)
     axes.legend(fontsize=8)
     _title(axes, title)
     return _save(figure, plt, path)
@@ -193,33 +190,44 @@ def curve_plot(
     Returns:
         ``path``, or None without matplotlib or points.
     """
-    plt = _pyplot()
-    lines = {name: dict(sorted(points.items())) for name, points in series.items() if points}
+    plt, lines = _pyplot(), _sorted_lines(series)
     if plt is None or not lines:
         return None
     figure, axes = plt.subplots(figsize=(10, 4))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+    def colour(i: int) -> str:  # the i-th line's colour, and the i-th reference's: line i mod the lines
+        return colours[i % len(lines) % len(colours)]
+
     for i, (name, points) in enumerate(lines.items()):
-        axes.plot(list(points), list(points.values()), marker="o", color=colours[i % len(colours)], label=name)
+        axes.plot(list(points), list(points.values()), marker="o", color=colour(i), label=name)
     for i, (name, level) in enumerate((levels or {}).items()):
-        axes.axhline(level, linestyle="--", linewidth=1, color=colours[i % len(lines) % len(colours)], label=name)
+        axes.axhline(level, linestyle="--", linewidth=1, color=colour(i), label=name)
     for i, (name, ranges) in enumerate((bands or {}).items()):
         ranges = dict(sorted(ranges.items()))
         if not ranges:
             continue
         low, high = zip(*ranges.values())
-        axes.fill_between(list(ranges), low, high, alpha=0.15, color=colours[i % len(lines) % len(colours)], label=name)
+        axes.fill_between(list(ranges), low, high, alpha=0.15, color=colour(i), label=name)
     for i, (name, points) in enumerate((marks or {}).items()):
         marker = "sD^v"[i // len(lines) % 4]  # a new marker for each further set of points
-        colour = colours[i % len(lines) % len(colours)]
-        axes.plot(list(points), list(points.values()), marker, fillstyle="none", color=colour, label=name)
+        axes.plot(list(points), list(points.values()), marker, fillstyle="none", color=colour(i), label=name)
     axes.set_xscale("log")
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.grid(alpha=0.3, which="both")
+    _label_axes(axes, xlabel, ylabel)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: bands fill the axes
     _title(axes, title, width=80)
     return _save(figure, plt, path)
+
+
+def _sorted_lines(series: Mapping[str, Mapping[float, float]]) -> dict[str, dict[float, float]]:
+    """Each non-empty series with its points in x order."""
+    return {name: dict(sorted(points.items())) for name, points in series.items() if points}
+
+
+def _label_axes(axes, xlabel: str, ylabel: str) -> None:
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3, which="both")
 
 
 def _std(values: Sequence[float]) -> float:

@@ -85,6 +85,30 @@ def test_the_figure_with_seed_ranges_is_drawn(tmp_path):
     assert (tmp_path / "curve.png").read_bytes().startswith(PNG)
 
 
+@pytest.mark.parametrize(
+    ("page", "message"),
+    [
+        (TABLE.replace("| mean of six |", "| mean of 6 |"), "has no 'mean of six' column"),
+        (TABLE + SEEDS.replace("classic-like mean (seeds", "classic (seeds"), "no 'classic-like mean' column"),
+        (TABLE + SEEDS.replace("| 1,000 | 1,153;", "| all | 1,153;"), "row 'all' names no number"),
+        (TABLE + SEEDS.replace("1.0942; 1.0858; 1.0900", ""), "has '' for 'classic-like mean'"),
+    ],
+)
+def test_a_table_missing_a_column_or_a_figure_is_refused_by_name(page, message):
+    with pytest.raises(ValueError, match=message):
+        curve_rows(page)
+        seed_values(page)
+
+
 def test_a_page_without_the_curve_table_is_refused_by_name():
     with pytest.raises(ValueError, match="no table with a header starting"):
         curve_rows("## Curve\n\n| other | table |\n|---|---|\n| 1 | 2 |\n")
+
+
+def test_a_seeds_table_holding_only_the_start_draws_the_seed_0_curve(tmp_path):
+    header, rule, _, start, _ = SEEDS.strip().splitlines()
+    start_only = "\n".join([header, rule, start])
+    page = tmp_path / "page.md"
+    page.write_text(TABLE + "\n" + start_only + "\n")
+    main(["--doc", str(page), "--png", str(tmp_path / "curve.png")])
+    assert (tmp_path / "curve.png").read_bytes().startswith(PNG)
