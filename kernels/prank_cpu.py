@@ -47,6 +47,14 @@ def kernel() -> ctypes.CDLL | None:
     return library
 
 
+def _library() -> ctypes.CDLL:
+    """``kernel()`` for the entry points, which callers reach only after checking it: an error if not."""
+    library = kernel()
+    if library is None:
+        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    return library
+
+
 @dataclass
 class History:
     """Buffers the stream fills with the voted perceptron's closed hypotheses, ``cap`` per perceptron.
@@ -106,16 +114,13 @@ def stream(
         weights: ``[R, N, d]`` float32 and thresholds ``[R, N, k-1]`` float32, updated in place;
             fastest stored perceptron-minor (``transpose(1, 2)`` contiguous), as the ensemble holds them.
         predictions: ``[R, N, T]`` long (any strides), written with the rank each perceptron
-            predicted before its update; None: not written, and a perceptron skips the examples
-            not presented to it (nothing of its state depends on them).
+            predicted before its update; None: not written.
         mistakes, correct: ``[R, N]`` float32, incremented by the presented examples it
             mispredicted / predicted right.
         history: the voted perceptron's record (PRank-VP): each hypothesis closed by a mistake
             with a vote (survived correct rounds) is written, pre-update, with its survival.
     """
-    library = kernel()
-    if library is None:
-        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    library = _library()
     # the loop's layout is perceptron-minor, [R, d, N] in memory: the ensemble's own, so no copies
     w, c = weights.transpose(1, 2).contiguous(), thresholds.transpose(1, 2).contiguous()
     x, y, presented = x.contiguous(), y.contiguous(), presented.contiguous()
@@ -160,9 +165,7 @@ def widrow_hoff(
     ``eta [E]`` float32, ``weights [R, E, d]`` float32 (contiguous, updated), ``predictions
     [R, E, T]`` long (contiguous; written with the estimate rounded to ``0..k-1`` before each update)
     or None. The reference is ``rankers.perceptron.WidrowHoff``'s tensor path (``fused=False``)."""
-    library = kernel()
-    if library is None:
-        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    library = _library()
     x, targets, eta = x.contiguous(), targets.contiguous(), eta.reshape(-1).contiguous()
     r, e, d = weights.shape
     t = x.shape[1]
@@ -181,9 +184,7 @@ def bernoulli(key: int, first_step: int, tau: torch.Tensor, out: torch.Tensor) -
     """Algorithm 2's draws of steps ``first_step ..`` into ``out [T, R, N]`` bool (contiguous), ``tau [R]``
     float32: the counter-based SplitMix64 draws of ``rankers.perceptron.ensemble.counter_draws``
     (``key``: its ``draw_key(seed)``), bit for bit."""
-    library = kernel()
-    if library is None:
-        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    library = _library()
     t, r, n = out.shape
     tau = tau.reshape(-1).contiguous()
     _check(tau, (r,), torch.float32, "tau")
@@ -224,9 +225,7 @@ def voted(
     t])``, ranks counted as ``rank_of`` does. The reference is the tensor path of
     ``PRankEnsemble.mean_rank(..., "voted")`` with ``fused=False``.
     """
-    library = kernel()
-    if library is None:
-        raise RuntimeError("the PRank CPU kernel is not available (see the warning above)")
+    library = _library()
     weights, thresholds = weights.to(torch.float32).contiguous(), thresholds.to(torch.float32).contiguous()
     survival, run, row = (t.contiguous() for t in (survival.double(), run.long(), row.long()))
     m, d = weights.shape

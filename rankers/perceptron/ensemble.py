@@ -159,6 +159,7 @@ class PRankEnsemble:
         if tau_values.numel() not in (1, n_runs) or not ((tau_values > 0) & (tau_values <= 1)).all():
             raise ValueError(f"tau must be in (0, 1], one value or one per run; got {tau}")
         self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
+        self.every_example_presented = bool((tau_values >= 1).all())  # once: a check per chunk syncs a GPU
         # Algorithm 2's draws come from a counter (counter_draws): the key and the examples drawn so far
         self.key, self.drawn = draw_key(seed), 0
         zeros = dict(device=self.device, dtype=torch.float32)
@@ -196,7 +197,7 @@ class PRankEnsemble:
         """The next ``steps`` examples' draws ``[steps, R, N]`` bool: the C++ loop on CPU, torch ops
         otherwise (the same bits); all True without drawing where every tau is 1."""
         first, self.drawn = self.drawn, self.drawn + steps
-        if bool((self.tau >= 1).all()):
+        if self.every_example_presented:
             return torch.ones(steps, self.r, self.n, dtype=torch.bool, device=self.device)
         if self.fused and self.device.type == "cpu" and prank_cpu.kernel() is not None:
             out = torch.empty(steps, self.r, self.n, dtype=torch.bool)
@@ -224,8 +225,7 @@ class PRankEnsemble:
         or with ``combine`` (``bpm``, ``bagg``, ``vp``) ``[R, T]``, the combined rule's prediction at
         that round. Their rank loss is the paper's online average rank loss (Figure 2).
         ``return_predictions=False`` (without ``combine``) returns None and spares their memory
-        (``R * N * T`` longs); the C++ stream then also skips the perceptrons an example is not
-        presented to.
+        (``R * N * T`` longs); the C++ stream then writes no predictions.
         """
         features = features.to(self.device, torch.float32)
         labels = labels.to(self.device, torch.long)

@@ -246,8 +246,7 @@ def test_the_history_buffer_must_hold_a_chunk():
 
 @pytest.mark.parametrize("tau", [0.3, 1.0])
 def test_without_predictions_the_state_is_the_same(tau):
-    """``return_predictions=False`` skips the perceptrons an example is not presented to: nothing of
-    the state may change."""
+    """``return_predictions=False`` writes no predictions: nothing of the state may change."""
     needs("cpu")
     runs, steps, d, n, k = 2, 200, 4, 19, 5
     x, y, presented = exact_stream(13, runs, steps, d, k, n, tau=tau)
@@ -384,3 +383,11 @@ def test_triton_asked_for_with_the_voted_history_is_refused():
     ensemble = PRankEnsemble(3, 3, keep_history=True, fused="triton")
     with pytest.raises(RuntimeError, match="does not record the voted history"):
         ensemble._kernel(None)
+
+
+def test_each_entry_point_refuses_to_run_without_the_kernel(monkeypatch):
+    monkeypatch.setattr(prank_cpu, "kernel", lambda: None)
+    with pytest.raises(RuntimeError, match="PRank CPU kernel is not available"):
+        prank_cpu.bernoulli(1, 0, torch.ones(1), torch.empty(2, 1, 1, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="PRank CPU kernel is not available"):
+        prank_cpu.widrow_hoff(torch.zeros(1, 2, 3), torch.zeros(1, 2), torch.ones(1), torch.zeros(1, 1, 3), 2)
