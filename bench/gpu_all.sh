@@ -90,9 +90,10 @@ step() {
   save_logs
 }
 
-TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep|machine|T=|loop|batched|ratio)'
-# only the files that hold GPU tests: collecting the whole suite costs time and imports optional packages
-GPU_TESTS="tests/kernels tests/rankers/test_pipeline.py tests/rankers/neural/test_fast_training.py"
+TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep|machine)'
+# only the files that hold GPU tests (those that use the cuda_only marker): collecting the whole suite
+# costs time and imports optional packages
+GPU_TESTS="$(grep -rl cuda_only tests --include='test_*.py' | sort | tr '\n' ' ')"
 step build 40 '.' "$PY" -m kernels.build
 step tests 110 '(passed|failed|error|skipped|FAILED|ERROR|Error)' "$PY" -m pytest -q -m gpu -p no:cacheprovider -rA $GPU_TESTS
 step perceptron 80 "$TABLE" "$PY" bench/perceptron.py --device cuda --dims 6 300

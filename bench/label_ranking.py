@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs=3, action="append", required=True, metavar=("TRAIN", "TEST", "LABELS"),
                         help="a train/test pair and its MULAN XML (or k: the last k attributes)")  # fmt: skip
-    parser.add_argument("--models", nargs="+", default=list(MODELS.values()), help="model configs to run")
+    parser.add_argument("--models", nargs="+", default=list(MODELS.values()),
+                        help="model configs to run, each config[:override,...]")  # fmt: skip
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--cv", type=int, default=0, metavar="K",
                         help="K-fold cross-validation on each TRAIN file instead of the test file")  # fmt: skip
