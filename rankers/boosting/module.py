@@ -38,6 +38,8 @@ from rankers.threads import CpuThreads
 log = logging.getLogger(__name__)
 
 NEG_INF = float("-inf")
+
+
 @dataclass
 class _EvalSet:
     """Flat documents of an evaluation split and where they sit in the padded ``[B, L]`` layout."""
