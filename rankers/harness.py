@@ -33,6 +33,7 @@ from datamodules.normalization import FeatureNormalizer
 from metrics import monitor_mode, ranking_metrics
 from rankers.export import export_scorer
 from rankers.learner import LabelSplit, Learner, QuerySplit, Split
+from rankers.list_metrics import random_baseline
 from rankers.report import write_report
 from rankers.threads import torch_threads
 
@@ -160,7 +161,14 @@ def save_checkpoint(path: Path, learner: Learner, identity: dict[str, str], epoc
     """Write atomically (a tmp file, then ``os.replace``): a crash never leaves half a checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"state_dict": learner.state_dict(), "run_identity": identity, "epoch": epoch, **extra}, tmp)
+    checkpoint = {
+        "state_dict": learner.state_dict(),
+        "hyper_parameters": dict(learner.hparams),
+        "run_identity": identity,
+        "epoch": epoch,
+        **extra,
+    }
+    torch.save(checkpoint, tmp)
     os.replace(tmp, path)
 
 
@@ -245,20 +253,6 @@ def evaluate(learner: Learner, split: Split) -> dict[str, float]:
     return {**results, **learner.evaluate(split, scores)}
 
 
-def random_baseline(split: Split, seed: int) -> dict[str, float]:
-    """Test metrics of uniformly random scores: the floor a trained ranker must clear."""
-    if not isinstance(split, QuerySplit) or split_is_stream(split):
-        return {}
-    batch = split.padded()
-    scores = torch.rand(batch["mask"].shape, generator=torch.Generator().manual_seed(seed))
-    metrics = ranking_metrics()
-    return {
-        name: float(metric(scores, batch["labels"], batch["mask"]))
-        for name, metric in metrics.items()
-        if name in ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
-    }
-
-
 # -- fit ---------------------------------------------------------------------------------------
 @dataclass
 class LearnerFit:
@@ -314,7 +308,7 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
     if best_path:  # the streams' best validated epoch is what is evaluated and exported (as Lightning's)
         learner.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"])
         learner.to(device)
-    return LearnerFit(learner, splits, fit_seconds, epochs, "val" in splits, best_checkpoint=best_path)
+    return LearnerFit(learner, splits, fit_seconds, epochs, "val" in splits, best_checkpoint=best_path or str(last))
 
 
 def _stream(
@@ -379,7 +373,7 @@ def report(
             test = collect_splits(datamodule, test=True).get("test")
             if test is not None:
                 results["test"] = evaluate(learner, test)
-                baseline = random_baseline(test, int(cfg.seed))
+                baseline = random_baseline(datamodule, int(cfg.seed))
                 if baseline:
                     results["test_random_scores"] = baseline
     _refuse_divergence(learner, results, out)
@@ -397,7 +391,8 @@ def report(
 
 def _refuse_divergence(learner: Learner, results: dict[str, Any], out: Path) -> None:
     bad = [f"{s}/{k}" for s in ("val", "test") for k, v in results.get(s, {}).items() if not math.isfinite(v)]
-    bad += [f"state {k}" for k, v in learner.state_dict().items() if v.is_floating_point() and not v.isfinite().all()]
+    # buffers may hold infinities by design (a leaf's +inf threshold); NaN is never a fitted state
+    bad += [f"state {k}" for k, v in learner.state_dict().items() if v.is_floating_point() and v.isnan().any()]
     if bad:
         message = f"the fit is not finite: {', '.join(bad[:8])}"
         (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))

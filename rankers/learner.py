@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import torch
+from pytorch_lightning.core.mixins import HyperparametersMixin
 from torch import Tensor, nn
 
 from datamodules.batching import Batch, pad_batch
@@ -101,9 +102,12 @@ class FitLog(Protocol):
         """True when the learner should stop at its next safe point (a signal or a budget)."""
 
 
-class Learner(nn.Module):
+class Learner(HyperparametersMixin, nn.Module):
     """Everything not trained by gradient steps. All state is parameters/buffers (or
     ``get_extra_state``), so ``.to()``, ``state_dict`` and ``load_state_dict`` are ``nn.Module``'s.
+
+    A family records its constructor arguments with ``self.save_hyperparameters(...)`` (Lightning's
+    mixin: ``hparams``), so that checkpoints rebuild it (``load_from_checkpoint``).
 
     ``ks``, ``gain``, ``empty`` and ``monitor`` are the metric conventions the harness evaluates
     with; ``forward(features [..., L, F], mask [..., L] | None) -> [..., L]`` scores in the framework
@@ -139,6 +143,15 @@ class Learner(nn.Module):
     def device_policy(self, available: torch.device) -> torch.device:
         """Where the hot loop runs given the trainer's device (default: there)."""
         return available
+
+    @classmethod
+    def load_from_checkpoint(cls, path: str, map_location: str | torch.device = "cpu", **overrides: object) -> Learner:
+        """The learner a harness checkpoint holds: built from its ``hyper_parameters`` (``overrides``
+        replace some, e.g. the datamodule's ``normalizer``), then its ``state_dict`` loaded."""
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+        learner = cls(**{**checkpoint.get("hyper_parameters", {}), **overrides})
+        learner.load_state_dict(checkpoint["state_dict"])
+        return learner.eval()
 
     @property
     def device(self) -> torch.device:
