@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Protocol
 
 import torch
@@ -20,6 +21,7 @@ from pytorch_lightning.core.mixins import HyperparametersMixin
 from torch import Tensor, nn
 
 from datamodules.batching import Batch, pad_batch
+from rankers.export import export_learner
 
 
 @dataclass
@@ -163,13 +165,18 @@ class Learner(HyperparametersMixin, nn.Module):
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.scorer()(features)
 
-    def evaluate(self, split: Split, scores: Tensor | None) -> dict[str, float]:
-        """Metrics of the family's own beyond the harness's list metrics (default: none)."""
+    def evaluate(self, split: Split, scores: Tensor | None, *, stage: str) -> dict[str, float]:
+        """Metrics of the family's own on ``stage`` (``val``/``test``) beyond the harness's list
+        metrics; ``scores [N]`` are the learner's flat scores of a query split (default: none)."""
         return {}
 
     def fit_results(self) -> dict:
         """What the fit reports in ``results.json`` beyond the metrics (default: nothing)."""
         return {}
+
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """``scorer.pt`` / ``scorer.onnx`` / ``meta.json`` and the family's files (``rankers.export``)."""
+        return export_learner(self, out_dir, int(self.hparams.n_features))
 
     def export_meta(self) -> dict:
         """Entries for the export's ``meta.json`` (default: none)."""
