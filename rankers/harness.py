@@ -399,7 +399,8 @@ def report(
 def _refuse_divergence(learner: Learner, results: dict[str, Any], out: Path) -> None:
     bad = [f"{s}/{k}" for s in ("val", "test") for k, v in results.get(s, {}).items() if not math.isfinite(v)]
     # buffers may hold infinities by design (a leaf's +inf threshold); NaN is never a fitted state
-    bad += [f"state {k}" for k, v in learner.state_dict().items() if v.is_floating_point() and v.isnan().any()]
+    state = learner.state_dict().items()
+    bad += [f"state {k}" for k, v in state if isinstance(v, Tensor) and v.is_floating_point() and v.isnan().any()]
     if bad:
         message = f"the fit is not finite: {', '.join(bad[:8])}"
         (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))

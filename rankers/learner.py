@@ -63,6 +63,17 @@ class QuerySplit:
         starts, ends = self.offsets[:-1][queries], self.offsets[1:][queries]
         return pad_batch(self.features, self.labels, starts, ends - starts)
 
+    def normalized(self, normalizer: nn.Module, chunk: int = 256) -> Tensor:
+        """The flat features ``[N, F]`` through ``normalizer`` as evaluation and the export apply it:
+        a per-query normalizer (``query_zscore``) within each query, any other one document-wise."""
+        if getattr(normalizer, "kind", "none") != "query_zscore":
+            return normalizer(self.features[None], None)[0]
+        parts = []
+        for first in range(0, self.n_queries, chunk):  # bounded padded memory
+            batch = self.padded(slice(first, first + chunk))
+            parts.append(normalizer(batch["features"], batch["mask"])[batch["mask"]])
+        return torch.cat(parts) if parts else self.features
+
     def to(self, device: torch.device | str) -> QuerySplit:
         moved = (t.to(device) for t in (self.features, self.labels, self.offsets))
         return QuerySplit(*moved, stream=self.stream)
@@ -92,6 +103,18 @@ class LabelSplit:
 
 
 Split = QuerySplit | LabelSplit
+
+
+class Normalized(nn.Module):
+    """``scorer(normalizer(features))``: a scorer of normalized features as one of raw features
+    ``[..., L, F] -> [..., L]`` (the form ``Learner.scorer`` returns and the export takes)."""
+
+    def __init__(self, normalizer: nn.Module, scorer: nn.Module) -> None:
+        super().__init__()
+        self.normalizer, self.scorer = normalizer, scorer
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.scorer(self.normalizer(features, None))
 
 
 class FitLog(Protocol):

@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from datamodules.batching import pad_batch
 from datamodules.normalization import FeatureNormalizer
 from metrics.functional import ndcg, pairwise_error
 from rankers.boosting.rankboost import (
@@ -32,23 +31,6 @@ from rankers.learner import FitLog, Learner, QuerySplit
 logger = logging.getLogger(__name__)
 
 NEG_INF = float("-inf")
-
-
-def _normalize_queries(normalizer: FeatureNormalizer, features: Tensor, offsets: Tensor, chunk: int = 256) -> Tensor:
-    """Flat ``[N, F]`` raw features of queries ``offsets [Q + 1]`` -> normalized ``[N, F]``, each query
-    normalized within itself (``query_zscore``) exactly as in evaluation and in the export."""
-    if normalizer.kind != "query_zscore":
-        return normalizer(features[None], None)[0]
-    starts, lengths = offsets[:-1], offsets[1:] - offsets[:-1]
-    parts = []
-    for first in range(0, len(starts), chunk):  # setup only: bounded padded memory
-        batch = pad_batch(
-            features,
-            torch.zeros(len(features), device=features.device),
-            *(t[first : first + chunk] for t in (starts, lengths)),
-        )
-        parts.append(normalizer(batch["features"], batch["mask"])[batch["mask"]])
-    return torch.cat(parts) if parts else features
 
 
 METRIC_FUNCTIONS = {"ndcg": ndcg}
@@ -184,7 +166,7 @@ class RankBoostModule(Learner):
     def _documents(self, split: QuerySplit) -> tuple[Tensor, Tensor | None]:
         """``(normalized [N, F], unranked [N, F] | None)`` of a split's documents, each query
         normalized within itself as in evaluation and in the export."""
-        return _normalize_queries(self.normalizer, split.features, split.offsets), self._unranked(split.features)
+        return split.normalized(self.normalizer), self._unranked(split.features)
 
     def fit(self, train: QuerySplit, val: QuerySplit | None, *, log: FitLog) -> None:
         """Boost up to ``rounds`` rounds on the whole training split (a resumed fit goes on from its
