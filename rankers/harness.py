@@ -335,6 +335,7 @@ def _stream(
     for epoch in range(start_epoch, total):
         learner.train()
         learner.partial_fit(train, epoch=epoch, log=fit_log)
+        learner.select_on(val)
         if val is not None:
             values = evaluate(learner, val, "val")
             for key, value in values.items():

@@ -161,6 +161,10 @@ class Learner(HyperparametersMixin, nn.Module):
     def partial_fit(self, train: Split, *, epoch: int, log: FitLog) -> None:
         raise NotImplementedError(f"{type(self).__name__} fits whole splits: the harness calls fit")
 
+    def select_on(self, val: Split | None) -> None:
+        """Choose among the learner's own candidates on validation after a streaming epoch (the
+        pairwise perceptron's runs); ``val`` is None without a validation split (default: nothing)."""
+
     def scorer(self) -> nn.Module:
         """Raw features ``[..., L, F]`` -> scores ``[..., L]``; TorchScript and ONNX exportable."""
         raise NotImplementedError
