@@ -15,23 +15,20 @@ normalization inside (``scorer.pt`` / ``scorer.onnx``, ``python -m rankers.score
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
-from rankers.export import export_scorer
 from rankers.gp.kernels import deformation, knn_laplacian, rbf
 from rankers.gp.preference import check_pairs, fit, fit_hyperparameters, scatter_pairs
-from rankers.list_metrics import ListMetrics
-from rankers.threads import CpuThreads
+from rankers.learner import FitLog, Learner, Normalized, QuerySplit
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class GPScorer(nn.Module):
@@ -60,8 +57,8 @@ def within_query_pairs(labels: Tensor) -> tuple[Tensor, Tensor]:
     return torch.nonzero(labels[:, None] > labels[None, :], as_tuple=True)
 
 
-class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
-    """Chu & Ghahramani's preference GP, fit once at the start of training (no gradient epochs).
+class GPPreferenceModule(Learner):
+    """Chu & Ghahramani's preference GP, fit once on the whole training split (``rankers.harness``).
 
     Args:
         n_features, normalizer: from ``datamodule.model_inputs()``.
@@ -80,7 +77,11 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
         seed: the subsample's seed.
         ks, gain, empty, monitor: metric conventions (``metrics.functional``).
         cpu_threads: torch threads while fitting/evaluating on CPU (None: unchanged).
+
+    Device: the trainer's (small dense float64 solves; GPU unmeasured here).
     """
+
+    name = "gp_preference"
 
     def __init__(
         self,
@@ -105,15 +106,13 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
         monitor: str = "val/ndcg@10",
         cpu_threads: int | None = None,
     ) -> None:
-        super().__init__()
-        ks = [int(k) for k in ks]
+        super().__init__(ks=ks, gain=gain, empty=empty, monitor=monitor)
         self.save_hyperparameters(ignore=["normalizer"])
+        self.cpu_threads = cpu_threads
         if min(max_items, max_pairs) < 2:
             raise ValueError("model.max_items and model.max_pairs must be >= 2")
         if conflicts not in ("allow", "error"):
             raise ValueError(f"model.conflicts must be allow or error, got {conflicts!r}")
-        self.monitor = monitor
-        self.automatic_optimization = False
         self.normalizer = normalizer or FeatureNormalizer("none", num_features=n_features)
         # preallocated (checkpoints have one shape): rows past n_items have alpha = 0
         self.register_buffer("items", torch.zeros(max_items, n_features))
@@ -121,14 +120,14 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
         self.register_buffer("kappa", torch.full((n_features,), 1.0 / n_features if kappa is None else kappa))
         self.register_buffer("sigma", torch.tensor(float(sigma)))
         self.register_buffer("n_items", torch.zeros((), dtype=torch.long))
-        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
-        self.init_list_metrics(ks, gain=gain, empty=empty)
         self.counts: dict[str, Any] = {}
 
     # -- scoring ------------------------------------------------------------------------------------
-    def scorer(self) -> GPScorer:
+    def scorer(self) -> nn.Module:
+        """The posterior mean of raw features (the normalizer inside): ``[..., L, F]`` -> ``[..., L]``."""
         n = int(self.n_items)
-        return GPScorer(self.items[:n].cpu(), self.alpha[:n].cpu(), self.kappa.cpu(), self.hparams.kappa0)
+        gp = GPScorer(self.items[:n].cpu(), self.alpha[:n].cpu(), self.kappa.cpu(), self.hparams.kappa0)
+        return Normalized(self.normalizer, gp)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Raw features ``[B, L, F]`` -> posterior mean utilities ``[B, L]``."""
@@ -138,19 +137,13 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
         return k @ self.alpha[:n].to(x.dtype)
 
     # -- the fit --------------------------------------------------------------------------------------
-    def _queries(self, loader: Iterable) -> list[tuple[Tensor, Tensor]]:
+    def _queries(self, split: QuerySplit) -> list[tuple[Tensor, Tensor]]:
         """``[(normalized features [L, F], labels [L])]`` of every training query."""
-        queries = []
-        for batch in loader:
-            if "mask" not in batch:
-                raise ValueError("model=gp_preference learns from query lists (LETOR-style data with a mask)")
-            mask = batch["mask"].to(self.device)
-            x = self.normalizer(batch["features"].to(self.device), mask)
-            labels = batch["labels"].to(self.device)
-            for row in range(mask.shape[0]):
-                keep = mask[row]
-                queries.append((x[row][keep], labels[row][keep].float()))
-        return queries
+        if split.stream:
+            raise ValueError("model=gp_preference learns from query lists (LETOR-style data with a mask)")
+        x = split.normalized(self.normalizer)
+        bounds = split.offsets.tolist()
+        return [(x[a:b], split.labels[a:b].float()) for a, b in itertools.pairwise(bounds)]
 
     def _training_pairs(self, queries: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
         """The subsample: ``(items [n, F] float64, v [K], u [K])`` and ``self.counts``."""
@@ -210,11 +203,11 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
         }
         return x[used].double(), renumber[v_all], renumber[u_all]
 
-    def on_train_start(self) -> None:
+    def fit(self, train: QuerySplit, val: QuerySplit | None, *, log: FitLog) -> None:
         if int(self.n_items) > 0:  # resumed from a fitted checkpoint
             return
-        self.fit_queries(self._queries(self.trainer.train_dataloader))
-        self.log("train/log_evidence", self.counts["log_evidence"])
+        self.fit_queries(self._queries(train))
+        log.scalar("train/log_evidence", self.counts["log_evidence"], 1)
 
     def fit_queries(self, queries: list[tuple[Tensor, Tensor]]) -> None:
         """Fit on ``[(normalized features [L, F], labels [L])]`` queries: subsample, hyperparameters,
@@ -260,34 +253,8 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
             sigma=sigma,
             kappa=[float(k) for k in kappa_vec] if self.hparams.ard else float(kappa_vec[0]),
         )
-        log.info("gp_preference: %s", self.counts)
-
-    def training_step(self, batch: Any, batch_idx: int) -> None:
-        if batch_idx == 0:
-            self.optimizers().step()
-        self.trainer.should_stop = True  # the fit is done; one epoch for Lightning's bookkeeping
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD([self.step_marker], lr=0.0)
-
-    # -- evaluation -----------------------------------------------------------------------------------
-    def _evaluate(self, batch: Any, stage: str) -> None:
-        self.log_list_metrics(self(batch["features"], batch["mask"]), batch, stage)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self(batch["features"], batch.get("mask"))
+        logger.info("gp_preference: %s", self.counts)
 
     # -- results and export ---------------------------------------------------------------------------
-    def extra_results(self, out: Path) -> dict[str, Any]:
+    def fit_results(self) -> dict[str, Any]:
         return {"gp": self.counts or {"items": int(self.n_items)}}
-
-    def export_model(self, out_dir: str | Path) -> dict[str, str]:
-        """``scorer.pt`` / ``scorer.onnx``: raw ``[L, F]`` -> posterior mean utilities ``[L]``."""
-        n_features = self.hparams.n_features
-        return export_scorer(self.normalizer.cpu(), self.scorer().eval(), out_dir, n_features)
