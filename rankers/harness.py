@@ -66,7 +66,7 @@ def _from_batches(batches: Iterable[dict]) -> Split | None:
     if not features:
         return None
     if kinds == {"multilabel"}:
-        return LabelSplit(torch.cat(features).float(), torch.cat(labels).bool())
+        return LabelSplit(torch.cat(features).float(), torch.cat(labels).float())
     if kinds == {"stream"}:
         lengths = [sum(len(y) for y in labels)]
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)

@@ -81,8 +81,9 @@ class QuerySplit:
 
 @dataclass
 class LabelSplit:
-    """A multilabel split (label ranking): ``features [N, F]`` float32 and ``labels [N, K]`` bool
-    (instance n has label k). Its "queries" are the instances, each ranking the K labels."""
+    """A multilabel split (label ranking): ``features [N, F]`` float32 and ``labels [N, K]`` float32
+    as ``datamodules.multilabel`` gives them (relevance, or the grades of top-label data). Its
+    "queries" are the instances, each ranking the K labels."""
 
     features: Tensor
     labels: Tensor

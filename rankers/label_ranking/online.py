@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from losses.calibrated import Pairs, calibration_signs, preference_pairs
 from metrics.label_ranking import footrule_distance, hamming_loss, kendall_tau_distance
@@ -42,7 +42,7 @@ LOSSES = ("hamming", "kendall", "footrule", "constraints")
 MANY_LABELS = 32
 
 
-class CalibratedPerceptron:
+class CalibratedPerceptron(nn.Module):
     """R runs of Algorithm 1 on d labels and F features, all in one tensor.
 
     Args:
@@ -57,7 +57,8 @@ class CalibratedPerceptron:
             arithmetic as the Python loop, which stays the reference; about 2.4x faster on CPU).
 
     State: ``weights [R, d, F]``, ``weight_sum [R, d, F]`` (sum of the weights after every step),
-    ``steps`` (examples seen per run), ``updates [R]``.
+    ``updates [R]`` (buffers: ``.to()``, ``state_dict`` are ``nn.Module``'s) and ``steps`` (examples
+    seen per run, the module's extra state).
 
     Example:
         >>> x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # [R=1, T=2, F=2]
@@ -89,27 +90,24 @@ class CalibratedPerceptron:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         if pairs not in ("all", "adjacent"):
             raise ValueError(f"pairs must be 'all' or 'adjacent', got {pairs!r}")
+        super().__init__()
         self.f, self.d, self.r = n_features, n_labels, n_runs
         self.loss, self.pairs, self.average, self.scripted = loss, pairs, average, scripted
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.weights = torch.zeros(n_runs, n_labels, n_features, device=self.device)
-        self.weight_sum = torch.zeros_like(self.weights)
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        self.register_buffer("weights", torch.zeros(n_runs, n_labels, n_features, device=device))
+        self.register_buffer("weight_sum", torch.zeros_like(self.weights))
+        self.register_buffer("updates", torch.zeros(n_runs, device=device))
         self.steps = 0
-        self.updates = torch.zeros(n_runs, device=self.device)
 
-    def to(self, device: str | torch.device) -> CalibratedPerceptron:
-        self.device = torch.device(device)
-        self.weights, self.weight_sum, self.updates = (
-            t.to(self.device) for t in (self.weights, self.weight_sum, self.updates)
-        )
-        return self
+    @property
+    def device(self) -> torch.device:
+        return self.weights.device
 
-    def state(self) -> dict:
-        return {"weights": self.weights, "weight_sum": self.weight_sum, "steps": self.steps, "updates": self.updates}
+    def get_extra_state(self) -> dict:
+        return {"steps": self.steps}
 
-    def load_state(self, state: dict) -> None:
-        self.weights, self.weight_sum = state["weights"].to(self.device), state["weight_sum"].to(self.device)
-        self.steps, self.updates = int(state["steps"]), state["updates"].to(self.device)
+    def set_extra_state(self, state: dict) -> None:
+        self.steps = int(state["steps"])
 
     # -- the loss of a prediction ----------------------------------------------------------------
     def prediction_loss(self, scores: Tensor, labels: Tensor) -> Tensor:
