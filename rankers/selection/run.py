@@ -310,7 +310,8 @@ def _fit_fold(
         datamodule = instantiate(fold_cfg.data)
         datamodule.use_splits({"train": fit_part})
         fitted = fit(fold_cfg, datamodule, out)
-        if fitted.validating and fitted.best_checkpoint:  # the best epoch's weights, as train.py tests
+        # the best epoch's weights, as train.py tests (a Learner's fit has already restored them)
+        if fitted.validating and fitted.best_checkpoint and fitted.trainer is not None:
             fitted.trainer.validate(
                 fitted.model, datamodule=datamodule, ckpt_path=fitted.best_checkpoint, verbose=False
             )
