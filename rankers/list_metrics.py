@@ -1,37 +1,15 @@
-"""The val/test list metrics that the non-neural list rankers (RankBoost, random forests, GP
-preference) log the same way: one ``metrics.ranking_metrics`` dict per stage, updated per batch of
-padded lists and logged per epoch, nDCG@10 on the progress bar."""
+"""The keys every ranker's results.json reports for a query split, and the random-scores floor the
+pipeline and the learner harness report beside them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
-from torch import Tensor, nn
 
 from metrics import ranking_metrics
 
 RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
-
-
-class ListMetrics:
-    """Mixin for a ``LightningModule``: ``init_list_metrics`` in the constructor, ``log_list_metrics``
-    in the validation and test steps."""
-
-    def init_list_metrics(self, ks: Sequence[int], *, gain: str, empty: float) -> None:
-        self.val_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-
-    def log_list_metrics(self: pl.LightningModule, scores: Tensor, batch: Any, stage: str) -> None:
-        """Update and log ``stage``'s metrics with ``scores [B, L]`` of ``batch``'s padded lists."""
-        metrics = self.val_metrics if stage == "val" else self.test_metrics
-        for name, metric in metrics.items():
-            metric.update(scores, batch["labels"], batch["mask"])
-            self.log(
-                f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=batch["mask"].shape[0]
-            )
 
 
 def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:

@@ -32,20 +32,3 @@ def torch_threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-class CpuThreads:
-    """LightningModule mixin: on CPU, every stage runs with ``hparams.cpu_threads`` torch threads
-    (``None``: torch's own count), set in ``setup`` and restored in ``teardown``."""
-
-    def setup(self, stage: str) -> None:
-        count = self.hparams.cpu_threads
-        if count is not None and self.trainer.strategy.root_device.type == "cpu":
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(count)
-
-    def teardown(self, stage: str) -> None:
-        previous = getattr(self, "_threads_before", None)
-        if previous is not None:
-            torch.set_num_threads(previous)
-            self._threads_before = None

@@ -155,3 +155,40 @@ def test_sigterm_stops_at_a_safe_point_checkpoints_and_the_resumed_run_finishes_
     monkeypatch.setattr(RankBoostModule, "_chunk", chunk)
     resumed = train(make_cfg(*overrides, f"ckpt_path={last}", out=tmp_path / "cut", tiny=False))
     assert resumed["test"] == whole["test"] and resumed["val"] == whole["val"]
+
+
+def test_the_documented_minimal_learner_plugs_in(tmp_path):
+    """docs/architecture.md's example, run through the harness's evaluation and export."""
+    from datamodules.normalization import FeatureNormalizer
+    from rankers.learner import Learner, Normalized
+    from rankers.scorers import LinearScorer
+
+    class MeanFeatureRanker(Learner):
+        name = "mean_feature"
+
+        def __init__(self, *, n_features: int, normalizer=None, **conventions) -> None:
+            super().__init__(**conventions)
+            self.save_hyperparameters(ignore=["normalizer"])
+            self.normalizer = normalizer or FeatureNormalizer("none", num_features=n_features)
+            self.register_buffer("weights", torch.zeros(n_features))
+
+        def fit(self, train, val, *, log):
+            x = train.normalized(self.normalizer)
+            self.weights.copy_((x * train.labels[:, None]).mean(0))
+
+        def scorer(self):
+            return Normalized(self.normalizer, LinearScorer.from_weights(self.weights))
+
+    split = _split(3, 20)
+    learner = MeanFeatureRanker(n_features=4)
+    learner.fit(split, None, log=_StopAfter(1))
+    values = harness.evaluate(learner, split, "test")
+    assert set(values) == {"ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr"}
+    # the harness's scores are the scorer's, query by query
+    flat = harness.scores_of(learner, split)
+    expected = split.features @ learner.weights
+    torch.testing.assert_close(flat, expected)
+    paths = learner.export_model(tmp_path)
+    scripted = torch.jit.load(paths["torchscript"])
+    torch.testing.assert_close(scripted(split.features[:5]), expected[:5])
+    assert json.loads((tmp_path / "meta.json").read_text())["model"] == "mean_feature"
