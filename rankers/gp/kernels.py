@@ -17,14 +17,19 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from datamodules.errors import DataError
+
+# the GP family's one jitter ladder (every Cholesky of rankers.gp goes through cholesky_jitter):
 # relative jitters tried in turn, in units of the mean diagonal of the matrix (0 first: a matrix
 # that factors as given is not changed). float32 Gram matrices of near-duplicate points are
 # routinely indefinite by ~1e-7 relative; 1e-2 is the last resort before giving up.
 JITTER_LADDER: tuple[float, ...] = (0.0, 1e-8, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 
 
-class NotPositiveDefiniteError(ValueError):
-    """A matrix stayed indefinite after the whole jitter ladder (NaN/inf entries, or a real error)."""
+class NotPositiveDefiniteError(DataError):
+    """The GP family's one numerical error: a matrix indefinite past the whole jitter ladder, with
+    NaN/inf entries, or a kernel that is no covariance (``ordinal.check_kernel``). A ``DataError``
+    (hence a ``ValueError``): ``train.py`` reports it in one line."""
 
 
 def squared_distances(x: Tensor, z: Tensor) -> Tensor:

@@ -39,20 +39,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from datamodules.errors import DataError
+from rankers.gp.kernels import NotPositiveDefiniteError, cholesky_jitter
 
 log = logging.getLogger(__name__)
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-# relative jitter tried, in turn, on a matrix that does not factor (times its mean diagonal)
-JITTER_STEPS = (0.0, 1e-8, 1e-6, 1e-4)
 # a kernel whose smallest eigenvalue is below -KERNEL_TOLERANCE * (its largest) is refused; above
 # that, a small negative eigenvalue is rounding (a float32 Gram matrix) and is lifted by jitter
 KERNEL_TOLERANCE = 1e-3
 
 
-class IndefiniteKernelError(DataError):
-    """A kernel (covariance) matrix that is not positive semi-definite, beyond rounding."""
+# a kernel (covariance) matrix that is not positive semi-definite beyond rounding: the family's one
+# numerical error type, under the name this module's callers know
+IndefiniteKernelError = NotPositiveDefiniteError
 
 
 # -- the ordinal likelihood ---------------------------------------------------------------------------
@@ -209,26 +208,6 @@ def fit_thresholds(
 # -- Gaussian sites and the posterior -----------------------------------------------------------------
 
 
-def safe_cholesky(matrix: Tensor, *, what: str = "matrix") -> Tensor:
-    """Cholesky factor of symmetric positive definite ``matrix [..., n, n]``; where it fails, the
-    jitter of :data:`JITTER_STEPS` (relative to the mean diagonal) is added, and past the last step
-    :class:`IndefiniteKernelError` is raised. Never a NaN factor."""
-    if not torch.isfinite(matrix).all():
-        raise IndefiniteKernelError(f"{what} has NaN or infinite entries")
-    scale = matrix.diagonal(dim1=-2, dim2=-1).abs().mean(-1).clamp_min(1e-300)
-    eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
-    for step in JITTER_STEPS:
-        factor, info = torch.linalg.cholesky_ex(matrix + (step * scale)[..., None, None] * eye)
-        if not info.any():
-            if step:
-                log.warning("%s needed jitter %g x its mean diagonal to factor", what, step)
-            return factor
-    raise IndefiniteKernelError(
-        f"{what} is not positive definite even with jitter {JITTER_STEPS[-1]:g} x its mean diagonal "
-        "(is the kernel a covariance matrix?)"
-    )
-
-
 def check_kernel(kernel: Tensor, *, what: str = "kernel") -> tuple[Tensor, float]:
     """A covariance matrix ``[n, n]`` made safe to use: float64, symmetrized, finite, and positive
     semi-definite up to rounding. A smallest eigenvalue in ``[-KERNEL_TOLERANCE * largest, 0]`` (a
@@ -301,7 +280,7 @@ def site_posterior(kernel: Tensor, prior_mean: Tensor, tau: Tensor, nu: Tensor) 
     """
     root = tau.clamp_min(0.0).sqrt()
     eye = torch.eye(kernel.shape[-1], dtype=kernel.dtype, device=kernel.device)
-    chol = safe_cholesky(eye + root[..., :, None] * kernel * root[..., None, :], what="B = I + S^1/2 K S^1/2")
+    chol, _ = cholesky_jitter(eye + root[..., :, None] * kernel * root[..., None, :], name="B = I + S^1/2 K S^1/2")
     b = nu - tau * prior_mean
     kb = (kernel @ b[..., None])[..., 0]
     alpha = b - root * torch.cholesky_solve((root * kb)[..., None], chol)[..., 0]
@@ -401,7 +380,7 @@ def laplace_ordinal(
         g = torch.where(valid, g, zeros)
         root = w.sqrt()
         eye = torch.eye(kernel.shape[-1], dtype=kernel.dtype, device=kernel.device)
-        chol = safe_cholesky(eye + root[..., :, None] * kernel * root[..., None, :], what="B = I + W^1/2 K W^1/2")
+        chol, _ = cholesky_jitter(eye + root[..., :, None] * kernel * root[..., None, :], name="B = I + W^1/2 K W^1/2")
         b = w * (f - prior_mean) + g
         kb = (kernel @ b[..., None])[..., 0]
         target = b - root * torch.cholesky_solve((root * kb)[..., None], chol)[..., 0]
