@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from datamodules.letor_io import LetorData
 from metrics import monitor_mode
+from rankers import harness
 from rankers.callbacks import EpochSeed
 
 # the value of model.epochs_without_validation that asks for the selection
@@ -114,10 +115,8 @@ def select_epochs(cfg: DictConfig, datamodule: Any, *, folds: int, max_epochs: i
 
 def refuse_distributed(cfg: DictConfig) -> None:
     """The selection's fits run one after another in this process; a DDP trainer would relaunch them."""
-    devices, strategy = cfg.trainer.get("devices", 1), str(cfg.trainer.get("strategy", ""))
-    if "ddp" in strategy.lower() or devices not in (1, "1", None) or cfg.trainer.get("num_nodes", 1) not in (1, "1"):
-        raise ValueError(
-            "model.epochs_without_validation=cv chooses the epoch count with fits in one process: run it "
-            f"with trainer.devices=1 (not {devices}, strategy {strategy!r}), give data.val=..., or set an "
-            "integer model.epochs_without_validation"
-        )
+    harness.refuse_distributed(
+        cfg,
+        "model.epochs_without_validation=cv chooses the epoch count with fits that",
+        otherwise="; or give data.val=..., or set an integer model.epochs_without_validation",
+    )

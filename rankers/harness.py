@@ -117,22 +117,17 @@ def split_is_stream(split: Split) -> bool:
 
 
 # -- the single-process check ------------------------------------------------------------------
-def refuse_distributed(cfg: DictConfig, what: str) -> None:
-    """A learner fits in this process; a DDP trainer would relaunch it on every rank."""
+def refuse_distributed(cfg: DictConfig, what: str, *, otherwise: str = "") -> None:
+    """The one refusal of a distributed trainer for work that runs in this process (every learner,
+    and ``model.epochs_without_validation=cv``'s fold fits): a DDP trainer would relaunch it on
+    every rank. ``what`` names the work; ``otherwise`` adds the user's other ways out."""
     trainer = cfg.get("trainer") or {}
     devices, strategy = trainer.get("devices", 1), str(trainer.get("strategy", "") or "")
-    if (
-        "ddp" in strategy.lower()
-        or devices not in (1, "1", None, "auto")
-        or trainer.get("num_nodes", 1)
-        not in (
-            1,
-            "1",
-        )
-    ):
+    nodes = trainer.get("num_nodes", 1)
+    if "ddp" in strategy.lower() or devices not in (1, "1", None, "auto") or nodes not in (1, "1"):
         raise ValueError(
             f"{what} fits in one process: run it with trainer.devices=1 and no DDP strategy "
-            f"(got devices={devices}, strategy={strategy!r}, num_nodes={trainer.get('num_nodes', 1)})"
+            f"(got devices={devices}, strategy={strategy!r}, num_nodes={nodes}){otherwise}"
         )
 
 
