@@ -70,6 +70,10 @@ class RankBoostModule(Learner):
         cpu_threads: torch threads while fitting / evaluating on CPU (None: leave as is).
         rloss_every: log the 0/1 training ranking loss every this many rounds (and at each epoch's
             end); the exponential loss ``prod Z_t`` is logged every round.
+
+    Device: the trainer's (``device_policy`` keeps it). Measured on the 2-core CPU only under the
+    harness; docs/benchmarks.md's H200 figure (4x slower per round than a plain pairwise reference)
+    says the GPU wants another formulation: choosing it per device is still open (GPU unmeasured).
     """
 
     def __init__(
