@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
-from rankers.gp.kernels import deformation, knn_laplacian, rbf
+from rankers.gp.kernels import SemiSupervisedKernel, rbf
 from rankers.gp.preference import check_pairs, fit, fit_hyperparameters, scatter_pairs
 from rankers.learner import FitLog, Learner, Normalized, QuerySplit
 
@@ -229,12 +229,17 @@ class GPPreferenceModule(Learner):
             )
             kappa, sigma = found["kappa"], found["sigma"]
         kappa_vec = kappa.expand(x.shape[1]) if kappa.dim() == 0 else kappa
-        gram = rbf(x, x, self.hparams.kappa0, kappa_vec, ard=True)
+        kappa0 = self.hparams.kappa0
+
+        def base(a: Tensor, b: Tensor) -> Tensor:
+            return rbf(a, b, kappa0, kappa_vec, ard=True)
+
+        gram = base(x, x)
         prior, deform = gram, None
         if self.hparams.graph_neighbours is not None:
             # eq. (5) over the used queries' documents: k~(a, b) = k(a, b) - k(a, X) G k(X, b)
-            deform = deformation(gram, knn_laplacian(x, min(self.hparams.graph_neighbours, len(x) - 1)))
-            prior = gram - gram @ deform @ gram
+            kernel = SemiSupervisedKernel(base, x, neighbours=min(self.hparams.graph_neighbours, len(x) - 1))
+            deform, prior = kernel.g, kernel(x, x)
             prior = 0.5 * (prior + prior.T)
         state = fit(prior, v, u, sigma)
         alpha = scatter_pairs(state.a[0], v, u, len(x))
