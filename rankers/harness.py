@@ -277,25 +277,24 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
     learner.to(device)
     identity = run_identity(cfg)
     last = out / "checkpoints" / "last.ckpt"
-    start_epoch = 0
+    resumed: dict[str, Any] = {}
     if cfg.get("ckpt_path"):
-        start_epoch = int(load_checkpoint(cfg.ckpt_path, learner, identity).get("epoch", 0))
+        resumed = load_checkpoint(cfg.ckpt_path, learner, identity)
         learner.to(device)
-        log.info("resumed %s from %s at epoch %d", name, cfg.ckpt_path, start_epoch)
+        log.info("resumed %s from %s at epoch %d", name, cfg.ckpt_path, int(resumed.get("epoch", 0)))
     train, val = splits["train"].to(device), splits.get("val")
     fit_log = HarnessLog(loggers)
     threads = getattr(learner, "cpu_threads", None) if device.type == "cpu" else None
     started = time.perf_counter()
-    epochs, best_path = start_epoch, ""
     with torch_threads(threads), fit_log.catching_signals():
-        if not learner.streaming:
+        if learner.streaming:  # last.ckpt after every epoch
+            epochs, best_path = _stream(cfg, learner, train, val, fit_log, identity, out, resumed)
+        else:
             # resumed or not: a learner continues from its state (RankBoost's rounds so far)
             learner.fit(train, None if val is None else val.to(device), log=fit_log)
-            epochs = 1
-        else:
-            epochs, best_path = _stream(cfg, learner, train, val, fit_log, identity, out, start_epoch)
+            epochs, best_path = 1, ""
+            save_checkpoint(last, learner, identity, epochs)
     fit_seconds = time.perf_counter() - started
-    save_checkpoint(last, learner, identity, epochs)
     if fit_log.should_stop():
         _exit_interrupted(fit_log.signal_name, epochs, fit_seconds, last, out)
     if best_path:  # the streams' best validated epoch is what is evaluated and exported (as Lightning's)
@@ -321,28 +320,32 @@ def _stream(
     fit_log: HarnessLog,
     identity: dict[str, str],
     out: Path,
-    start_epoch: int,
+    resumed: dict[str, Any],
 ) -> tuple[int, str]:
-    """One ``partial_fit`` per epoch; validation after each, the best epoch checkpointed."""
+    """One ``partial_fit`` per epoch; validation after each, the best epoch checkpointed, and
+    ``last.ckpt`` after every epoch (with the best so far, so that a resumed run compares with it)."""
     total = int(getattr(learner, "epochs", None) or cfg.trainer.max_epochs)
-    mode, best, best_path = monitor_mode(learner.monitor), None, ""
-    epoch = start_epoch
-    for epoch in range(start_epoch, total):
+    mode = monitor_mode(learner.monitor)
+    done = int(resumed.get("epoch", 0))
+    best, best_path = resumed.get("best_value"), resumed.get("best_path", "")
+    checkpoints = out / "checkpoints"
+    for epoch in range(done, total):
         learner.train()
         learner.partial_fit(train, epoch=epoch, log=fit_log)
         learner.select_on(val)
+        done = epoch + 1
         if val is not None:
             values = evaluate(learner, val, "val")
             for key, value in values.items():
-                fit_log.scalar(f"val/{key}", value, epoch + 1)
+                fit_log.scalar(f"val/{key}", value, done)
             key = learner.monitor.removeprefix("val/")
             if key in values and _better(values[key], best, mode):
-                best = values[key]
-                best_path = str(out / "checkpoints" / "best.ckpt")
-                save_checkpoint(Path(best_path), learner, identity, epoch + 1, monitor={learner.monitor: best})
+                best, best_path = values[key], str(checkpoints / "best.ckpt")
+                save_checkpoint(Path(best_path), learner, identity, done, monitor={learner.monitor: best})
+        save_checkpoint(checkpoints / "last.ckpt", learner, identity, done, best_value=best, best_path=best_path)
         if fit_log.should_stop():
-            return epoch + 1, ""
-    return max(epoch + 1, start_epoch), best_path
+            return done, ""
+    return done, best_path
 
 
 def _exit_interrupted(signal_name: str | None, epochs: int, seconds: float, last: Path, out: Path) -> None:

@@ -192,3 +192,29 @@ def test_the_documented_minimal_learner_plugs_in(tmp_path):
     scripted = torch.jit.load(paths["torchscript"])
     torch.testing.assert_close(scripted(split.features[:5]), expected[:5])
     assert json.loads((tmp_path / "meta.json").read_text())["model"] == "mean_feature"
+
+
+def test_a_stream_resumed_after_its_first_epoch_equals_an_uninterrupted_one(make_cfg, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from rankers.perceptron.module import OnlineOrdinalModule
+
+    stream = ["model=oap_bpm", "model.n_perceptrons=5", "model.epochs=3", "data=ordinal_synthetic"]
+    stream += ["data.n_train=400", "data.n_val=100", "data.n_test=100", "callbacks.progress_bar.refresh_rate=0"]
+    whole = train(make_cfg(*stream, out=tmp_path / "whole", tiny=False))
+    partial_fit = OnlineOrdinalModule.partial_fit
+
+    def interrupted(self, *args, **kwargs):
+        partial_fit(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(OnlineOrdinalModule, "partial_fit", interrupted)
+    with pytest.raises(SystemExit):
+        train(make_cfg(*stream, out=tmp_path / "cut", tiny=False))
+    last = tmp_path / "cut" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["epoch"] == 1
+    monkeypatch.setattr(OnlineOrdinalModule, "partial_fit", partial_fit)
+    resumed = train(make_cfg(*stream, f"ckpt_path={last}", out=tmp_path / "cut", tiny=False))
+    assert resumed["test"] == whole["test"] and resumed["val"] == whole["val"]
+    assert resumed["epochs"] == whole["epochs"] == 3
