@@ -9,6 +9,8 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from rankers.run_identity import KEY, refuse_foreign, refuse_reused_directory
+
 
 class EpochSeed(pl.Callback):
     """Reseed torch, numpy and random from ``(seed, epoch, batch)`` before every training batch.
@@ -29,3 +31,23 @@ class EpochSeed(pl.Callback):
         torch.manual_seed(step_seed + trainer.global_rank)
         np.random.seed(step_seed)
         random.seed(step_seed)
+
+
+class RunIdentity(pl.Callback):
+    """Stamps every checkpoint with the run's identity (``rankers.run_identity``) and refuses, before
+    training, a resume from another run's checkpoint or a checkpoint folder that holds another run."""
+
+    def __init__(self, identity: dict[str, str], ckpt_path: str | None = None) -> None:
+        self.identity, self.ckpt_path = identity, ckpt_path  # trainer.ckpt_path is set only after setup
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        saver = trainer.checkpoint_callback
+        if stage == "fit" and saver is not None and saver.dirpath:
+            refuse_reused_directory(saver.dirpath, self.ckpt_path)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint[KEY] = dict(self.identity)
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        if trainer.state.fn == "fit":  # validate/test of a fit's own best checkpoint need no check
+            refuse_foreign(checkpoint.get(KEY), self.identity, trainer.ckpt_path or self.ckpt_path)

@@ -21,9 +21,12 @@ from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from metrics import ranking_metrics
+from rankers.callbacks import RunIdentity
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
+from rankers.outputs import AtomicCheckpointIO, atomic_directory, moved, write_results
 from rankers.report import write_report
 from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
+from rankers.run_identity import refuse_foreign_checkpoint, refuse_reused_directory, run_identity
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +150,7 @@ def _fit_or_exit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Any
                 "fit_seconds": time.perf_counter() - start,
                 "resume": f"ckpt_path={resume}" if resume else "no checkpoint yet: start again",
             }
-            (out / "results.json").write_text(json.dumps(record, indent=2))
+            write_results(out / "results.json", record)
         log.error("interrupted by %s after %d epochs; resume with %s", signal_name, trainer.current_epoch, resume)
         raise SystemExit(code) from interruption
     return time.perf_counter() - start
@@ -184,7 +187,7 @@ def _refuse_divergence(model: pl.LightningModule, results: dict[str, Any], out: 
         return
     message = f"training diverged: not finite: {', '.join(bad[:8])}; try a lower model.optimizer.lr"
     if out is not None:
-        (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
+        write_results(out / "results.json", {**results, "error": message})
     raise RuntimeError(message)
 
 
@@ -233,13 +236,16 @@ def fit(cfg: DictConfig, datamodule: Any, out: Path) -> Fitted:
     model = instantiate(cfg.model, **datamodule.model_inputs())
     loggers = _instantiate_group(cfg.get("logger"))
     validating = getattr(datamodule, "has_validation", True)
+    # every checkpoint names its run and appears whole or not at all (rankers.run_identity, rankers.outputs)
+    common = {"logger": loggers or False, "plugins": [AtomicCheckpointIO()]}
+    identity = RunIdentity(run_identity(cfg), cfg.get("ckpt_path"))
     if validating:
-        callbacks = _instantiate_group(cfg.get("callbacks"))
-        trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+        callbacks = [*_instantiate_group(cfg.get("callbacks")), identity]
+        trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, **common)
     else:
         _refuse_monitored_scheduler(cfg)
-        callbacks = _instantiate_group(_without_validation(cfg.get("callbacks")))
-        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, limit_val_batches=0)
+        callbacks = [*_instantiate_group(_without_validation(cfg.get("callbacks"))), identity]
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, limit_val_batches=0, **common)
         log.info("no validation split: every training query trains; the last epoch's model is kept")
     for logger in loggers:
         logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
@@ -253,12 +259,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _refuse_other_runs(cfg)
 
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
     fitted = fit(cfg, datamodule, out)
     return report(cfg, fitted, datamodule, out)
+
+
+def _refuse_other_runs(cfg: DictConfig) -> None:
+    """Before any data is read: refuse a resume from another run's checkpoint, and a run directory
+    whose checkpoints belong to another run (``rankers.run_identity``; the callback checks again)."""
+    if cfg.get("ckpt_path"):
+        refuse_foreign_checkpoint(cfg.ckpt_path, run_identity(cfg))
+    saver = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}
+    if saver.get("dirpath"):
+        refuse_reused_directory(saver.dirpath, cfg.get("ckpt_path"))
 
 
 def report(
@@ -298,14 +315,15 @@ def report(
     _refuse_divergence(model, results, out if trainer.is_global_zero else None)
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
-        results["export"] = model.export_model(out / "export")
+        with atomic_directory(out / "export", "export") as partial:  # whole or not at all
+            results["export"] = moved(model.export_model(partial), partial, out / "export")
     # a model may add evaluations of its own (LinkLearn: an ad-hoc collection ranked by it, its start and BM25)
     extra_results = getattr(model, "extra_results", None)
     if extra_results is not None and trainer.is_global_zero:
         results.update(extra_results(out))
     results.update(extra or {})
     if trainer.is_global_zero:
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        write_results(out / "results.json", results)
         _write_report(out, results, cfg)
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
     return results

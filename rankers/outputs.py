@@ -1,0 +1,165 @@
+"""Writing what a run produces (checkpoints, exports, results, tables, figures) so that a full disk
+or an unwritable folder ends the run with one line naming the file and what was being written, and
+leaves nothing partial that a later run or resume would load.
+
+Every file goes to a private temporary name beside its target and is renamed onto it when complete
+(``os.replace``: atomic within one folder, NFS included); an export folder is built aside and swapped
+in whole. An ``OSError`` on the way becomes an :class:`OutputError`; ``train.py`` prints its message
+and exits with :data:`EXIT_OUTPUT_ERROR`.
+
+results.json never holds NaN or infinity (``json.dumps`` writes them as ``NaN``, which is not JSON
+and reads back as a number nobody can compare): :func:`write_results` writes each as ``null`` and
+lists where and why under ``"absent"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from datamodules.atomic import private_sibling
+
+# sysexits.h's EX_IOERR: the run could not write its output (distinct from 2, input refused)
+EXIT_OUTPUT_ERROR = 74
+
+
+class OutputError(Exception):
+    """A run output that could not be written: ``what`` (e.g. "checkpoint"), ``path`` and the OS error."""
+
+    def __init__(self, what: str, path: str | os.PathLike, error: OSError) -> None:
+        self.what, self.path, self.error = what, Path(path), error
+        reason = error.strerror or str(error)
+        super().__init__(f"cannot write the {what} {path}: {reason} (errno {error.errno})")
+
+
+@contextmanager
+def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
+    """Turn an ``OSError`` raised while writing ``path`` into an :class:`OutputError` naming it."""
+    try:
+        yield
+    except OSError as error:
+        raise OutputError(what, path, error) from error
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Yield a private temporary name for ``path`` (same folder and suffix); on success it replaces
+    ``path`` at once. On any failure the temporary file goes and ``path`` keeps its old content."""
+    path = Path(path)
+    with writing(what, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = private_sibling(path)
+        try:
+            yield partial
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+def write_text(path: str | os.PathLike, text: str, what: str) -> Path:
+    """``path.write_text(text)``, atomically (see :func:`atomic_file`)."""
+    with atomic_file(path, what) as partial:
+        partial.write_text(text)
+    return Path(path)
+
+
+def save_figure(figure: Any, path: str | os.PathLike, what: str = "figure", **options: Any) -> Path:
+    """``figure.savefig(path)`` atomically; the format comes from ``path``'s suffix."""
+    path = Path(path)
+    with atomic_file(path, what) as partial:
+        figure.savefig(partial, format=path.suffix.lstrip(".") or "png", **options)
+    return path
+
+
+def finite_or_absent(value: Any, where: str = "") -> tuple[Any, dict[str, str]]:
+    """``value`` with every non-finite float (NaN, +-inf, also inside tensors' ``.item()``s) replaced by
+    None, and ``{"a.b.c": "nan"}`` naming each replaced entry by its key path."""
+    absent: dict[str, str] = {}
+
+    def clean(node: Any, path: str) -> Any:
+        if isinstance(node, dict):
+            return {key: clean(item, f"{path}.{key}" if path else str(key)) for key, item in node.items()}
+        if isinstance(node, list | tuple):
+            return [clean(item, f"{path}[{i}]") for i, item in enumerate(node)]
+        if isinstance(node, torch.Tensor) and node.numel() == 1:
+            node = node.item()
+        if isinstance(node, float) and not math.isfinite(node):
+            absent[path or "value"] = str(node)
+            return None
+        return node
+
+    return clean(value, where), absent
+
+
+def results_json(results: dict[str, Any], *, default: Any = None) -> str:
+    """results as JSON text without NaN or infinity: each becomes null and ``"absent"`` says where
+    (merged with the reasons a writer already put there)."""
+    clean, absent = finite_or_absent(json.loads(json.dumps(results, default=default)))
+    if absent:
+        reasons = clean.get("absent") if isinstance(clean.get("absent"), dict) else {}
+        clean["absent"] = {**{key: f"not finite ({value})" for key, value in absent.items()}, **reasons}
+    return json.dumps(clean, indent=2, allow_nan=False)
+
+
+def write_results(path: str | os.PathLike, results: dict[str, Any], *, default: Any = None) -> Path:
+    """Write ``results`` to ``path`` (a results.json) atomically, non-finite numbers as null
+    (:func:`results_json`); ``default`` as ``json.dumps``'s, for values JSON does not know."""
+    return write_text(path, results_json(results, default=default) + "\n", "results file")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, atomic: a checkpoint appears whole or not at all.
+
+    Lightning's own ``_atomic_save`` serializes into memory, then writes straight into the target, so a
+    full disk leaves a truncated ``last.ckpt`` that the next resume tries to load.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        with atomic_file(path, "checkpoint") as partial:
+            torch.save(checkpoint, partial)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Yield a private temporary folder beside ``path``; on success it replaces ``path`` (an older
+    folder there is removed), so that ``path`` holds one complete set of files or its old ones.
+    ``OSError`` becomes :class:`OutputError`; on any failure the temporary folder goes."""
+    path = Path(path)
+    with writing(what, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = private_sibling(path).with_suffix("")
+        partial.mkdir()
+        try:
+            yield partial
+            old = None
+            if path.exists():
+                old = private_sibling(path).with_suffix(".old")
+                os.rename(path, old)
+            os.rename(partial, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def moved(value: Any, source: Path, target: Path) -> Any:
+    """``value`` (paths a writer returned, nested in dicts and lists) with the folder ``source``
+    renamed ``target``: what an exporter into :func:`atomic_directory`'s folder reports."""
+    if isinstance(value, dict):
+        return {key: moved(item, source, target) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [moved(item, source, target) for item in value]
+    if isinstance(value, str | Path) and str(value).startswith(str(source)):
+        return type(value)(str(target) + str(value)[len(str(source)) :])
+    return value
