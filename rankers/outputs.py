@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
@@ -81,7 +82,7 @@ def save_figure(figure: Any, path: str | os.PathLike, what: str = "figure", **op
 
 
 def finite_or_absent(value: Any, where: str = "") -> tuple[Any, dict[str, str]]:
-    """``value`` with every non-finite float (NaN, +-inf, also inside tensors' ``.item()``s) replaced by
+    """``value`` with every non-finite float (NaN, +-inf, also one-element tensors and numpy scalars) replaced by
     None, and ``{"a.b.c": "nan"}`` naming each replaced entry by its key path."""
     absent: dict[str, str] = {}
 
@@ -90,7 +91,7 @@ def finite_or_absent(value: Any, where: str = "") -> tuple[Any, dict[str, str]]:
             return {key: clean(item, f"{path}.{key}" if path else str(key)) for key, item in node.items()}
         if isinstance(node, list | tuple):
             return [clean(item, f"{path}[{i}]") for i, item in enumerate(node)]
-        if isinstance(node, torch.Tensor) and node.numel() == 1:
+        if (isinstance(node, torch.Tensor) and node.numel() == 1) or isinstance(node, np.generic):
             node = node.item()
         if isinstance(node, float) and not math.isfinite(node):
             absent[path or "value"] = str(node)
@@ -103,11 +104,11 @@ def finite_or_absent(value: Any, where: str = "") -> tuple[Any, dict[str, str]]:
 def results_json(results: dict[str, Any], *, default: Any = None) -> str:
     """results as JSON text without NaN or infinity: each becomes null and ``"absent"`` says where
     (merged with the reasons a writer already put there)."""
-    clean, absent = finite_or_absent(json.loads(json.dumps(results, default=default)))
+    clean, absent = finite_or_absent(results)
     if absent:
         reasons = clean.get("absent") if isinstance(clean.get("absent"), dict) else {}
         clean["absent"] = {**{key: f"not finite ({value})" for key, value in absent.items()}, **reasons}
-    return json.dumps(clean, indent=2, allow_nan=False)
+    return json.dumps(clean, indent=2, allow_nan=False, default=default)
 
 
 def write_results(path: str | os.PathLike, results: dict[str, Any], *, default: Any = None) -> Path:
