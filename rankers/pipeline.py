@@ -284,6 +284,7 @@ def report(
     """Validate and test the best checkpoint of a fit, export it and write ``results.json`` (with
     ``extra``'s entries added: ``model=auto``'s selection table and bound)."""
     model, trainer, validating, selection = fitted.model, fitted.trainer, fitted.validating, fitted.selection
+    trained_on = _stage_metrics([trainer.callback_metrics], "train")  # before validate/test reset them
     selection_seconds = fitted.selection_seconds
     best = fitted.best_checkpoint
     ckpt = best or None
@@ -312,6 +313,12 @@ def report(
         baseline = random_baseline(datamodule, cfg.seed)
         if baseline:
             results["test_random_scores"] = baseline
+    results["evaluated"] = _evaluated(datamodule, results)
+    if not results["evaluated"] and trained_on:
+        # nothing held out (a ratings stream with n_test=0, a training file alone with val_fraction=0):
+        # the training stream's own figures, under their own name
+        results["train"] = trained_on
+        results["evaluated"] = {"train": "the training data as trained on (no validation or test split)"}
     _refuse_divergence(model, results, out if trainer.is_global_zero else None)
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
@@ -327,6 +334,12 @@ def report(
         _write_report(out, results, cfg)
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
     return results
+
+
+def _evaluated(datamodule: Any, results: dict[str, Any]) -> dict[str, str]:
+    """``{"val": what it is, "test": ...}`` for the splits whose metrics results.json holds."""
+    sources = datamodule.split_sources() if hasattr(datamodule, "split_sources") else {}
+    return {name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)}
 
 
 def _write_report(out: Path, results: dict[str, Any], cfg: DictConfig) -> None:
