@@ -17,6 +17,8 @@ log = logging.getLogger("train")
 
 # the exit status of a run refused for its input or settings (a usage error, as argparse's 2)
 EXIT_DATA_ERROR = 2
+# Ctrl-C: 128 + SIGINT, as rankers.pipeline's interrupted fit
+EXIT_SIGINT = 130
 
 
 def user_error(error: BaseException) -> tuple[BaseException, int] | None:
@@ -39,6 +41,11 @@ def main(cfg: DictConfig) -> float | None:
     quiet_third_party()
     try:
         results = get_method(cfg.entry)(cfg)  # rankers.pipeline.train unless an experiment says otherwise
+    except KeyboardInterrupt:
+        # Ctrl-C outside Lightning's loop (data preparation, an experiment's table): one line and 128 + 2,
+        # as an interrupted fit exits; every output is written atomically, so nothing is left half-written
+        log.error("interrupted by SIGINT")
+        raise SystemExit(EXIT_SIGINT) from None
     except Exception as error:
         # input that cannot be used, a run that would mix with another, a full disk: one line that says
         # what and where, not a traceback from inside Hydra, Lightning or torch
