@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from omegaconf import DictConfig
 
-from rankers.run_identity import KEY, refuse_foreign, refuse_reused_directory
+from rankers.run_identity import CONFIG_KEY, KEY, refuse_foreign, refuse_reused_directory, run_config, run_identity
 
 
 class EpochSeed(pl.Callback):
@@ -37,8 +38,9 @@ class RunIdentity(pl.Callback):
     """Stamps every checkpoint with the run's identity (``rankers.run_identity``) and refuses, before
     training, a resume from another run's checkpoint or a checkpoint folder that holds another run."""
 
-    def __init__(self, identity: dict[str, str], ckpt_path: str | None = None) -> None:
-        self.identity, self.ckpt_path = identity, ckpt_path  # trainer.ckpt_path is set only after setup
+    def __init__(self, cfg: DictConfig) -> None:
+        self.identity, self.config = run_identity(cfg), run_config(cfg)
+        self.ckpt_path = cfg.get("ckpt_path")  # trainer.ckpt_path is set only after setup
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         saver = trainer.checkpoint_callback
@@ -47,7 +49,8 @@ class RunIdentity(pl.Callback):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[KEY] = dict(self.identity)
+        checkpoint[CONFIG_KEY] = self.config
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         if trainer.state.fn == "fit":  # validate/test of a fit's own best checkpoint need no check
-            refuse_foreign(checkpoint.get(KEY), self.identity, trainer.ckpt_path or self.ckpt_path)
+            refuse_foreign(checkpoint, self.identity, trainer.ckpt_path or self.ckpt_path, self.config)

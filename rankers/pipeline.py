@@ -26,7 +26,7 @@ from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_
 from rankers.outputs import AtomicCheckpointIO, atomic_directory, moved, write_results
 from rankers.report import write_report
 from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
-from rankers.run_identity import refuse_foreign_checkpoint, refuse_reused_directory, run_identity
+from rankers.run_identity import refuse_foreign_checkpoint, refuse_reused_directory
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def fit(cfg: DictConfig, datamodule: Any, out: Path) -> Fitted:
     validating = getattr(datamodule, "has_validation", True)
     # every checkpoint names its run and appears whole or not at all (rankers.run_identity, rankers.outputs)
     common = {"logger": loggers or False, "plugins": [AtomicCheckpointIO()]}
-    identity = RunIdentity(run_identity(cfg), cfg.get("ckpt_path"))
+    identity = RunIdentity(cfg)
     if validating:
         callbacks = [*_instantiate_group(cfg.get("callbacks")), identity]
         trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, **common)
@@ -272,7 +272,7 @@ def _refuse_other_runs(cfg: DictConfig) -> None:
     """Before any data is read: refuse a resume from another run's checkpoint, and a run directory
     whose checkpoints belong to another run (``rankers.run_identity``; the callback checks again)."""
     if cfg.get("ckpt_path"):
-        refuse_foreign_checkpoint(cfg.ckpt_path, run_identity(cfg))
+        refuse_foreign_checkpoint(cfg.ckpt_path, cfg)
     saver = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}
     if saver.get("dirpath"):
         refuse_reused_directory(saver.dirpath, cfg.get("ckpt_path"))

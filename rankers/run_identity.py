@@ -19,25 +19,48 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 KEY = "run_identity"
+# beside it, the resolved config the fingerprint hashes, so that a refusal can say what differs
+CONFIG_KEY = "run_config"
 
 
 class RunConflict(Exception):
     """A run that would mix with another run's checkpoints (wrong resume file, reused run directory)."""
 
 
-def run_identity(cfg: DictConfig) -> dict[str, str]:
-    """``{"model": cfg.model._target_, "fingerprint": <sha256 hex of the resolved model + data config>}``."""
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved ``model`` and ``data`` config (JSON types): what the fingerprint hashes."""
     resolved = {
         part: OmegaConf.to_container(cfg[part], resolve=True) if part in cfg and cfg[part] is not None else None
         for part in ("model", "data")
     }
-    text = json.dumps(resolved, sort_keys=True, default=str)
+    return json.loads(json.dumps(resolved, default=str))
+
+
+def run_identity(cfg: DictConfig) -> dict[str, str]:
+    """``{"model": cfg.model._target_, "fingerprint": <sha256 hex of the resolved model + data config>}``."""
+    text = json.dumps(run_config(cfg), sort_keys=True)
     return {"model": str(cfg.model.get("_target_", "")), "fingerprint": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def differences(stored: dict[str, Any] | None, ours: dict[str, Any] | None, limit: int = 4) -> str:
+    """``"model.loss: a (checkpoint) vs b (this run); ..."`` for the first ``limit`` differing keys."""
+    found: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                walk(a.get(key, "<unset>"), b.get(key, "<unset>"), f"{path}.{key}" if path else str(key))
+        elif a != b:
+            found.append(f"{path}: {a} (checkpoint) vs {b} (this run)")
+
+    walk(stored or {}, ours or {}, "")
+    return "; ".join(found[:limit]) + (f"; and {len(found) - limit} more" if len(found) > limit else "")
 
 
 def describe(identity: dict[str, str] | None) -> str:
@@ -46,31 +69,41 @@ def describe(identity: dict[str, str] | None) -> str:
     return f"{identity.get('model')} (config {str(identity.get('fingerprint'))[:12]})"
 
 
-def checkpoint_identity(path: str | Path) -> dict[str, str] | None:
-    """The ``run_identity`` stored in a checkpoint file (None when it has none); the tensors are only
-    mapped, not read."""
+def _read(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's top-level entries; the tensors are only mapped, not read."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except RuntimeError:  # an old-format (not zip) file cannot be mapped
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    return checkpoint.get(KEY) if isinstance(checkpoint, dict) else None
+    return checkpoint if isinstance(checkpoint, dict) else {}
 
 
-def refuse_foreign(stored: dict[str, str] | None, identity: dict[str, str], path: str | Path) -> None:
-    """RunConflict unless a checkpoint's ``stored`` identity is this run's ``identity``."""
+def checkpoint_identity(path: str | Path) -> dict[str, str] | None:
+    """The ``run_identity`` stored in a checkpoint file (None when it has none)."""
+    return _read(path).get(KEY)
+
+
+def refuse_foreign(
+    checkpoint: dict[str, Any], identity: dict[str, str], path: Any, config: dict[str, Any] | None = None
+) -> None:
+    """RunConflict unless ``checkpoint``'s stored identity is this run's ``identity``; with this run's
+    resolved ``config`` the message names the settings that differ."""
+    stored = checkpoint.get(KEY)
     if stored == identity:
         return
+    differing = differences(checkpoint.get(CONFIG_KEY), config) if CONFIG_KEY in checkpoint and config else ""
     raise RunConflict(
-        f"refusing to resume from {path}: it belongs to {describe(stored)}, this run is {describe(identity)}; "
-        "resume with the model and data settings of the run that wrote it, or start without ckpt_path"
+        f"refusing to resume from {path}: it belongs to {describe(stored)}, this run is {describe(identity)}"
+        + (f" ({differing})" if differing else "")
+        + "; resume with the model and data settings of the run that wrote it, or start without ckpt_path"
     )
 
 
-def refuse_foreign_checkpoint(path: str | Path, identity: dict[str, str]) -> None:
-    """RunConflict unless the checkpoint file at ``path`` was written by a run with ``identity``."""
+def refuse_foreign_checkpoint(path: str | Path, cfg: DictConfig) -> None:
+    """RunConflict unless the checkpoint file at ``path`` was written by a run with ``cfg``'s identity."""
     if not Path(path).is_file():
         raise RunConflict(f"ckpt_path={path}: no such checkpoint file")
-    refuse_foreign(checkpoint_identity(path), identity, path)
+    refuse_foreign(_read(path), run_identity(cfg), path, run_config(cfg))
 
 
 def refuse_reused_directory(checkpoint_dir: str | Path, ckpt_path: str | Path | None) -> None:

@@ -39,8 +39,9 @@ def test_resuming_from_another_models_checkpoint_is_refused_naming_both(make_cfg
     last = tmp_path / "ranknet" / "checkpoints" / "last.ckpt"
     listnet = make_cfg("model=listnet", *QUICK, f"ckpt_path={last}", out=tmp_path / "listnet")
     theirs, ours = run_identity(ranknet)["fingerprint"][:12], run_identity(listnet)["fingerprint"][:12]
-    with pytest.raises(RunConflict, match=f"refusing to resume from {last}.*{theirs}.*this run is.*{ours}"):
+    with pytest.raises(RunConflict, match=f"refusing to resume from {last}.*{theirs}.*this run is.*{ours}") as refused:
         train(listnet)
+    assert "(checkpoint) vs" in str(refused.value)  # and says which settings differ
     assert not (tmp_path / "listnet" / "checkpoints").exists()  # refused before training
     # another data setting is another run too
     with pytest.raises(RunConflict, match="refusing to resume"):
