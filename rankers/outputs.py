@@ -14,9 +14,11 @@ lists where and why under ``"absent"``.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,21 +36,53 @@ EXIT_OUTPUT_ERROR = 74
 
 
 class OutputError(Exception):
-    """A run output that could not be written: ``what`` (e.g. "checkpoint"), ``path`` and the OS error."""
+    """A run output that could not be written: ``what`` (e.g. "checkpoint"), ``path`` and why."""
 
-    def __init__(self, what: str, path: str | os.PathLike, error: OSError) -> None:
+    def __init__(self, what: str, path: str | os.PathLike, error: BaseException) -> None:
         self.what, self.path, self.error = what, Path(path), error
-        reason = error.strerror or str(error)
-        super().__init__(f"cannot write the {what} {path}: {reason} (errno {error.errno})")
+        if isinstance(error, OSError):
+            reason = f"{error.strerror or error} (errno {error.errno})"
+        else:  # torch's C++ writers report a full disk as a RuntimeError without an errno
+            reason = f"the writer failed ({str(error).strip().splitlines()[-1]}){_free_space(Path(path))}"
+        super().__init__(f"cannot write the {what} {path}: {reason}")
+
+
+def _free_space(path: Path) -> str:
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return f" with {shutil.disk_usage(folder).free} bytes free on {folder}'s disk"
+    return ""
+
+
+# how torch's C++ stream writers (torch.save, torch.jit.save) report a failed write
+_WRITER_FAILURE = re.compile(r"iostream error|PytorchStreamWriter failed|file write failed|No space left", re.I)
+
+
+def write_failure(error: BaseException) -> BaseException | None:
+    """The ``OSError`` (or torch writer's ``RuntimeError``) behind ``error``, if a failed write caused it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) or (isinstance(current, RuntimeError) and _WRITER_FAILURE.search(str(current))):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @contextmanager
 def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
-    """Turn an ``OSError`` raised while writing ``path`` into an :class:`OutputError` naming it."""
+    """Turn a failed write (an ``OSError``, or torch's writers' ``RuntimeError``) while writing ``path``
+    into an :class:`OutputError` naming it."""
     try:
         yield
-    except OSError as error:
-        raise OutputError(what, path, error) from error
+    except OutputError:
+        raise
+    except Exception as error:
+        failure = write_failure(error)
+        if failure is None:
+            raise
+        raise OutputError(what, path, failure) from error
 
 
 @contextmanager
@@ -117,6 +151,16 @@ def write_results(path: str | os.PathLike, results: dict[str, Any], *, default: 
     return write_text(path, results_json(results, default=default) + "\n", "results file")
 
 
+def save_torchscript(module: torch.jit.ScriptModule, path: str | os.PathLike, what: str = "TorchScript file") -> Path:
+    """``torch.jit.save(module, path)``, atomically, through Python's file write: torch's C++ writer
+    aborts the whole process on a full disk (an exception in a destructor), this reports ENOSPC."""
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    with atomic_file(path, what) as partial:
+        partial.write_bytes(buffer.getbuffer())
+    return Path(path)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint writer, atomic: a checkpoint appears whole or not at all.
 
@@ -127,8 +171,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
+        # serialized in memory first (as Lightning does): Python's file write then reports a full
+        # disk as ENOSPC, where torch.save's own C++ stream only says "iostream error"
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
         with atomic_file(path, "checkpoint") as partial:
-            torch.save(checkpoint, partial)
+            partial.write_bytes(buffer.getbuffer())
 
 
 @contextmanager
@@ -142,7 +190,10 @@ def atomic_directory(path: str | os.PathLike, what: str) -> Iterator[Path]:
         partial = private_sibling(path).with_suffix("")
         partial.mkdir()
         try:
-            yield partial
+            try:
+                yield partial
+            except OutputError as error:  # a file inside: named where it was meant to end up
+                raise OutputError(error.what, moved(error.path, partial, path), error.error) from error
             old = None
             if path.exists():
                 old = private_sibling(path).with_suffix(".old")

@@ -16,6 +16,7 @@ from metrics import ranking_metrics
 from metrics.functional import rank_loss
 from rankers.export import export_scorer
 from rankers.neural.module import PassLimit
+from rankers.outputs import save_torchscript
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, rank_of
 from rankers.scorers import LinearScorer
 
@@ -219,7 +220,7 @@ class OnlineOrdinalModule(PassLimit, pl.LightningModule):
             self.linear_weights().detach().cpu(),
             self.learner.thresholds[0].mean(0).detach().cpu(),
         )
-        torch.jit.save(torch.jit.script(grader), str(path))
+        save_torchscript(torch.jit.script(grader), path, "export")
         return {**exported, "grader": str(path)}
 
 

@@ -31,7 +31,7 @@ def _half_then_full(*args, **kwargs):
 
 
 def test_a_disk_full_at_the_first_checkpoint_leaves_no_checkpoint(make_cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(rankers.outputs.torch, "save", _half_then_full)
+    monkeypatch.setattr(rankers.outputs.Path, "write_bytes", lambda self, data: _half_then_full(self))
     with pytest.raises(OutputError, match=r"cannot write the checkpoint .*/checkpoints/\S+\.ckpt: No space left"):
         train(make_cfg(*QUICK, out=tmp_path / "run"))
     assert [path.name for path in (tmp_path / "run" / "checkpoints").iterdir()] == []  # no partial file
@@ -84,3 +84,13 @@ def test_an_unusable_run_directory_ends_in_one_line(tmp_path, where):
         f"error: cannot create the run directory {tmp_path / where} (hydra.run.dir): "
         + ("Not a directory" if where.startswith("file") else "Permission denied")
     ]
+
+
+def test_torch_writers_full_disk_error_is_named_too(tmp_path):
+    """torch.save / torch.jit.save into a file report a full disk as a RuntimeError without an errno."""
+    expected = r"cannot write the export .*/export: the writer failed \(basic_ios.*free"
+    with pytest.raises(OutputError, match=expected), rankers.outputs.atomic_directory(tmp_path / "export", "export"):
+        raise RuntimeError("basic_ios::clear: iostream error")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="a bug"), rankers.outputs.writing("export", tmp_path):
+        raise RuntimeError("a bug")  # not a write failure: its traceback stays
