@@ -137,23 +137,44 @@ def _fit_or_exit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Any
     except SystemExit as interruption:  # SIGTERMException; Lightning turns Ctrl-C into sys.exit(1)
         if trainer.state.status != TrainerStatus.INTERRUPTED:
             raise
-        signal_name, code = (
-            ("SIGTERM", EXIT_SIGTERM) if isinstance(interruption, SIGTERMException) else ("SIGINT", EXIT_SIGINT)
-        )
-        saver = trainer.checkpoint_callback
-        last = Path(saver.dirpath) / "last.ckpt" if saver is not None and saver.dirpath else None
-        resume = str(last) if last is not None and last.exists() else None
-        if trainer.is_global_zero:
-            record = {
-                "interrupted": signal_name,
-                "epochs": trainer.current_epoch,
-                "fit_seconds": time.perf_counter() - start,
-                "resume": f"ckpt_path={resume}" if resume else "no checkpoint yet: start again",
-            }
-            write_results(out / "results.json", record)
-        log.error("interrupted by %s after %d epochs; resume with %s", signal_name, trainer.current_epoch, resume)
-        raise SystemExit(code) from interruption
+        raise _interrupted(trainer, interruption, out, "fit", time.perf_counter() - start) from interruption
     return time.perf_counter() - start
+
+
+def _interrupted(trainer: pl.Trainer, interruption: SystemExit, out: Path, during: str, seconds: float) -> SystemExit:
+    """Write ``results.json`` marked interrupted (``during`` the fit, or the validation or test after
+    it), naming the checkpoint to resume from, and the SystemExit with the signal's exit status."""
+    signal_name, code = (
+        ("SIGTERM", EXIT_SIGTERM) if isinstance(interruption, SIGTERMException) else ("SIGINT", EXIT_SIGINT)
+    )
+    saver = trainer.checkpoint_callback
+    last = Path(saver.dirpath) / "last.ckpt" if saver is not None and saver.dirpath else None
+    resume = str(last) if last is not None and last.exists() else None
+    if trainer.is_global_zero:
+        record = {
+            "interrupted": signal_name,
+            "during": during,
+            "epochs": trainer.current_epoch,
+            "fit_seconds": seconds,
+            "resume": f"ckpt_path={resume}" if resume else "no checkpoint yet: start again",
+        }
+        write_results(out / "results.json", record)
+    where = f"after {trainer.current_epoch} epochs" if during == "fit" else f"during {during}, after the fit"
+    log.error("interrupted by %s %s; resume with %s", signal_name, where, resume)
+    return SystemExit(code)
+
+
+def _evaluate_or_exit(fitted: Fitted, datamodule: Any, ckpt: str | None, out: Path, stage: str) -> list[dict]:
+    """``trainer.validate`` or ``trainer.test`` of a finished fit. A SIGTERM or Ctrl-C here ends the run
+    as one during the fit does: Lightning's evaluation loop raises a bare ``SystemExit`` for SIGTERM,
+    which would otherwise end the process with status 0 and no results."""
+    run = fitted.trainer.validate if stage == "validation" else fitted.trainer.test
+    try:
+        return run(fitted.model, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    except SystemExit as interruption:
+        if fitted.trainer.state.status != TrainerStatus.INTERRUPTED:
+            raise
+        raise _interrupted(fitted.trainer, interruption, out, stage, fitted.fit_seconds) from interruption
 
 
 def compose_config(overrides: list[str], *, output_dir: str | Path, data_dir: str | Path | None = None) -> DictConfig:
@@ -289,7 +310,7 @@ def report(
     best = fitted.best_checkpoint
     ckpt = best or None
     results: dict[str, Any] = {
-        "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val")
+        "val": _stage_metrics(_evaluate_or_exit(fitted, datamodule, ckpt, out, "validation"), "val")
         if validating
         else {},
         "fit_seconds": fitted.fit_seconds,
@@ -307,9 +328,7 @@ def report(
         },
     }
     if cfg.get("test", True) and getattr(datamodule, "has_test", True):
-        results["test"] = _stage_metrics(
-            trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "test"
-        )
+        results["test"] = _stage_metrics(_evaluate_or_exit(fitted, datamodule, ckpt, out, "test"), "test")
         baseline = random_baseline(datamodule, cfg.seed)
         if baseline:
             results["test_random_scores"] = baseline

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
+import pytorch_lightning as pl
 import torch
 
 from rankers.pipeline import EXIT_SIGTERM, train
@@ -59,3 +62,24 @@ def test_an_interrupted_run_resumes_in_its_own_directory(make_cfg, tmp_path):
     assert json.loads((out / "results.json").read_text())["resume"] == f"ckpt_path={last}"
     results = train(make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last}", out=out))
     assert results["epochs"] == 2 and sorted(p.name for p in last.parent.iterdir() if "-v" in p.name) == []
+
+
+class SigtermInTest(pl.Callback):
+    """SIGTERM while the finished fit's best checkpoint is being tested."""
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if batch_idx == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_during_the_test_after_the_fit_exits_143_not_0(make_cfg, tmp_path):
+    out = tmp_path / "run"
+    cfg = make_cfg(
+        *QUICK[:1], "data.eval_batch_size=8", f"+callbacks.sigterm._target_={__name__}.SigtermInTest", out=out
+    )
+    with pytest.raises(SystemExit) as exit_:  # Lightning's evaluation loop raised a bare SystemExit: status 0
+        train(cfg)
+    assert exit_.value.code == EXIT_SIGTERM
+    record = json.loads((out / "results.json").read_text())
+    assert record["interrupted"] == "SIGTERM" and record["during"] == "test"
+    assert record["resume"] == f"ckpt_path={out / 'checkpoints' / 'last.ckpt'}"
