@@ -28,7 +28,7 @@ def user_error(error: BaseException) -> tuple[BaseException, int] | None:
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, DataError | RunConflict):
+        if isinstance(error, DataError | RunConflict | FileNotFoundError):  # a named input that is not there
             return error, EXIT_DATA_ERROR
         if isinstance(error, OutputError | OSError):
             return error, EXIT_OUTPUT_ERROR

@@ -33,6 +33,7 @@ def _wrapped(inner: BaseException) -> BaseException:
         (RunConflict("refusing to resume"), train.EXIT_DATA_ERROR),
         (OutputError("checkpoint", "/x/last.ckpt", OSError(28, "No space left on device")), EXIT_OUTPUT_ERROR),
         (OSError(13, "Permission denied", "/x"), EXIT_OUTPUT_ERROR),
+        (FileNotFoundError("LETOR file not found: /x/train.txt"), train.EXIT_DATA_ERROR),
     ],
 )
 def test_wrapped_errors_are_unwrapped(inner, code):
