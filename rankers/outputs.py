@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from datamodules.atomic import private_sibling
+from datamodules.atomic import atomic_path, private_sibling
 
 # sysexits.h's EX_IOERR: the run could not write its output (distinct from 2, input refused)
 EXIT_OUTPUT_ERROR = 74
@@ -88,16 +88,10 @@ def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
 @contextmanager
 def atomic_file(path: str | os.PathLike, what: str) -> Iterator[Path]:
     """Yield a private temporary name for ``path`` (same folder and suffix); on success it replaces
-    ``path`` at once. On any failure the temporary file goes and ``path`` keeps its old content."""
-    path = Path(path)
-    with writing(what, path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = private_sibling(path)
-        try:
-            yield partial
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+    ``path`` at once (``datamodules.atomic.atomic_path``). On any failure the temporary file goes and
+    ``path`` keeps its old content; a failed write becomes an :class:`OutputError` naming ``path``."""
+    with writing(what, path), atomic_path(path) as partial:
+        yield partial
 
 
 def write_text(path: str | os.PathLike, text: str, what: str) -> Path:
