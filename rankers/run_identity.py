@@ -65,7 +65,7 @@ def differences(stored: dict[str, Any] | None, ours: dict[str, Any] | None, limi
 
 def describe(identity: dict[str, str] | None) -> str:
     if not identity:
-        return "no run identity"
+        return "a run of unknown identity (the checkpoint records none)"
     return f"{identity.get('model')} (config {str(identity.get('fingerprint'))[:12]})"
 
 

@@ -83,3 +83,15 @@ def test_sigterm_during_the_test_after_the_fit_exits_143_not_0(make_cfg, tmp_pat
     record = json.loads((out / "results.json").read_text())
     assert record["interrupted"] == "SIGTERM" and record["during"] == "test"
     assert record["resume"] == f"ckpt_path={out / 'checkpoints' / 'last.ckpt'}"
+
+
+def test_a_checkpoint_without_identity_or_missing_is_refused(make_cfg, tmp_path):
+    from rankers.run_identity import refuse_foreign_checkpoint
+
+    cfg = make_cfg("model=ranknet", out=tmp_path / "run")
+    legacy = tmp_path / "legacy.ckpt"
+    torch.save({"state_dict": {}, "epoch": 3}, legacy)
+    with pytest.raises(RunConflict, match="unknown identity"):
+        refuse_foreign_checkpoint(legacy, cfg)
+    with pytest.raises(RunConflict, match="no such checkpoint file"):
+        refuse_foreign_checkpoint(tmp_path / "nope.ckpt", cfg)
