@@ -10,7 +10,15 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
-from rankers.run_identity import CONFIG_KEY, KEY, refuse_foreign, refuse_reused_directory, run_config, run_identity
+from rankers.run_identity import (
+    CONFIG_KEY,
+    KEY,
+    refuse_foreign,
+    refuse_foreign_checkpoint,
+    refuse_reused_directory,
+    run_config,
+    run_identity,
+)
 
 
 class EpochSeed(pl.Callback):
@@ -39,13 +47,19 @@ class RunIdentity(pl.Callback):
     training, a resume from another run's checkpoint or a checkpoint folder that holds another run."""
 
     def __init__(self, cfg: DictConfig) -> None:
-        self.identity, self.config = run_identity(cfg), run_config(cfg)
+        self.cfg, self.identity, self.config = cfg, run_identity(cfg), run_config(cfg)
         self.ckpt_path = cfg.get("ckpt_path")  # trainer.ckpt_path is set only after setup
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
         saver = trainer.checkpoint_callback
-        if stage == "fit" and saver is not None and saver.dirpath:
-            refuse_reused_directory(saver.dirpath, self.ckpt_path)
+        folder = saver.dirpath if saver is not None else None
+        # here, before Lightning restores the module's weights (it calls on_load_checkpoint after that)
+        if self.ckpt_path:
+            refuse_foreign_checkpoint(self.ckpt_path, self.cfg, folder, self.identity)
+        if folder:
+            refuse_reused_directory(folder, self.ckpt_path)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[KEY] = dict(self.identity)

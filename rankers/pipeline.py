@@ -292,9 +292,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 def _refuse_other_runs(cfg: DictConfig) -> None:
     """Before any data is read: refuse a resume from another run's checkpoint, and a run directory
     whose checkpoints belong to another run (``rankers.run_identity``; the callback checks again)."""
-    if cfg.get("ckpt_path"):
-        refuse_foreign_checkpoint(cfg.ckpt_path, cfg)
     saver = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}
+    if cfg.get("ckpt_path"):
+        refuse_foreign_checkpoint(cfg.ckpt_path, cfg, saver.get("dirpath"))
     if saver.get("dirpath"):
         refuse_reused_directory(saver.dirpath, cfg.get("ckpt_path"))
 

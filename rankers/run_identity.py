@@ -25,6 +25,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 KEY = "run_identity"
+# ckpt_path values Lightning resolves itself, within this run's checkpoint folder
+LIGHTNING_KEYWORDS = frozenset({"last", "best", "hpc", "registry"})
 # beside it, the resolved config the fingerprint hashes, so that a refusal can say what differs
 CONFIG_KEY = "run_config"
 
@@ -99,11 +101,28 @@ def refuse_foreign(
     )
 
 
-def refuse_foreign_checkpoint(path: str | Path, cfg: DictConfig) -> None:
-    """RunConflict unless the checkpoint file at ``path`` was written by a run with ``cfg``'s identity."""
-    if not Path(path).is_file():
+def resolve_ckpt_path(ckpt_path: str | Path, checkpoint_dir: str | Path | None) -> Path | None:
+    """The file a ``ckpt_path`` names: itself, or for Lightning's ``last`` the newest ``last*.ckpt`` in
+    ``checkpoint_dir`` (None when there is none, and for the other keywords)."""
+    if str(ckpt_path) not in LIGHTNING_KEYWORDS:
+        return Path(ckpt_path)
+    if str(ckpt_path) != "last" or checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+        return None
+    candidates = sorted(Path(checkpoint_dir).glob("last*.ckpt"), key=lambda p: p.stat().st_mtime_ns)
+    return candidates[-1] if candidates else None
+
+
+def refuse_foreign_checkpoint(
+    path: str | Path, cfg: DictConfig, checkpoint_dir: str | Path | None = None, identity: dict | None = None
+) -> None:
+    """RunConflict unless the checkpoint ``path`` names (``last``: in ``checkpoint_dir``) was written by
+    a run with ``cfg``'s identity; checked before Lightning loads any weights from it."""
+    file = resolve_ckpt_path(path, checkpoint_dir)
+    if file is None:
+        return
+    if not file.is_file():
         raise RunConflict(f"ckpt_path={path}: no such checkpoint file")
-    refuse_foreign(_read(path), run_identity(cfg), path, run_config(cfg))
+    refuse_foreign(_read(file), identity or run_identity(cfg), file, run_config(cfg))
 
 
 def refuse_reused_directory(checkpoint_dir: str | Path, ckpt_path: str | Path | None) -> None:
@@ -113,7 +132,9 @@ def refuse_reused_directory(checkpoint_dir: str | Path, ckpt_path: str | Path | 
     existing = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
     if not existing:
         return
-    if ckpt_path is not None and Path(ckpt_path).resolve().parent == folder.resolve():
+    if ckpt_path is not None and (
+        str(ckpt_path) in LIGHTNING_KEYWORDS or Path(ckpt_path).resolve().parent == folder.resolve()
+    ):
         return
     resume = folder / "last.ckpt" if (folder / "last.ckpt").exists() else existing[-1]
     raise RunConflict(

@@ -62,6 +62,10 @@ def test_an_interrupted_run_resumes_in_its_own_directory(make_cfg, tmp_path):
     assert json.loads((out / "results.json").read_text())["resume"] == f"ckpt_path={last}"
     results = train(make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last}", out=out))
     assert results["epochs"] == 2 and sorted(p.name for p in last.parent.iterdir() if "-v" in p.name) == []
+    # Lightning's own keyword, one more epoch; another model is still refused (when Lightning loads it)
+    assert train(make_cfg(*common, "trainer.max_epochs=3", "ckpt_path=last", out=out))["epochs"] == 3
+    with pytest.raises(RunConflict, match="refusing to resume"):
+        train(make_cfg(*common, "model=listnet", "trainer.max_epochs=4", "ckpt_path=last", out=out))
 
 
 class SigtermInTest(pl.Callback):
