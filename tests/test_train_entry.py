@@ -45,6 +45,7 @@ def test_a_bug_keeps_its_traceback():
     assert train.user_error(_wrapped(KeyError("x"))) is None
 
 
+@pytest.mark.slow  # a train.py process: ~15 s on the shared 2-core machine
 def test_a_ratings_file_refused_inside_instantiate_ends_in_one_line_and_exit_2(tmp_path):
     ratings = tmp_path / "r.inter"
     ratings.write_text("user_id:token\titem_id:token\trating:float\n" + "u1\ti1\t3\n" * 3)

@@ -66,6 +66,7 @@ def test_results_hold_no_nan(tmp_path):
     assert on_disk["absent"] == {"table.GPR.400.mae": "not finite (nan)", "t": "not finite (inf)"}
 
 
+@pytest.mark.slow  # a train.py process: ~15 s on the shared 2-core machine
 @pytest.mark.parametrize("where", ["file/run", "readonly/run"])
 def test_an_unusable_run_directory_ends_in_one_line(tmp_path, where):
     (tmp_path / "file").write_text("a regular file")
