@@ -149,7 +149,16 @@ class LetorDataModule(pl.LightningDataModule):
 
     @property
     def has_test(self) -> bool:
-        return self.paths["test"] is not None or self.has_validation
+        """Whether a test file was given: without one nothing is reported as ``test`` (the validation
+        split is reported as what it is, ``val``)."""
+        return self.paths["test"] is not None or "test" in self.splits
+
+    def split_sources(self) -> dict[str, str]:
+        """What each evaluated split is, for results.json's ``"evaluated"``."""
+        sources = {name: str(path) for name, path in self.paths.items() if path is not None and name != "train"}
+        if self.paths["val"] is None and self.val_fraction > 0:
+            sources["val"] = f"{self.val_fraction:g} of the training queries of {self.paths['train']}, held out"
+        return sources
 
     @property
     def num_features(self) -> int:
@@ -251,7 +260,7 @@ class LetorDataModule(pl.LightningDataModule):
         return self._loader("val", train=False) if "val" in self.splits else []
 
     def test_dataloader(self):
-        return self._loader("test" if "test" in self.splits else "val", train=False)
+        return self._loader("test", train=False) if "test" in self.splits else []
 
     def data_files(self) -> dict[str, str]:
         return {split: str(Path(p)) for split, p in self.paths.items() if p is not None}

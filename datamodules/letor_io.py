@@ -467,10 +467,13 @@ _ARRAYS = ("features", "labels", "qids", "offsets")
 
 def _save_cache(data: LetorData, cache: Path) -> None:
     # built in a private folder, then renamed: processes sharing the cache never see a partial one
-    with atomic_directory(cache) as partial:
-        for name in _ARRAYS:
-            np.save(partial / f"{name}.npy", getattr(data, name))
-        (partial / "done").touch()
+    try:
+        with atomic_directory(cache) as partial:
+            for name in _ARRAYS:
+                np.save(partial / f"{name}.npy", getattr(data, name))
+            (partial / "done").touch()
+    except OSError as error:  # a full disk or read-only cache costs the next run a parse, not this run
+        log.warning("cannot write the parse cache %s: %s; continuing without it", cache, error.strerror or error)
 
 
 def _load_cache(cache: Path, source: str) -> LetorData:

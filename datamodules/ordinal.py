@@ -80,14 +80,22 @@ class OrdinalStreamDataModule(pl.LightningDataModule):
         dataset = TensorDataset(x, y)
         return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_as_batch)
 
+    @property
+    def has_validation(self) -> bool:
+        return "val" in self.splits
+
+    @property
+    def has_test(self) -> bool:
+        return "test" in self.splits
+
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.batch_size)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.eval_batch_size)
+    def val_dataloader(self) -> DataLoader | list:
+        return self._loader("val", self.eval_batch_size) if self.has_validation else []
 
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.eval_batch_size)
+    def test_dataloader(self) -> DataLoader | list:
+        return self._loader("test", self.eval_batch_size) if self.has_test else []
 
 
 def _as_batch(items: list) -> StreamBatch:

@@ -274,10 +274,11 @@ class RatingsProtocol(OrdinalStreamDataModule):
             return
         one = self.trials([self.trial])
         train = (one.train_x[0], one.train_y[0])
-        test = (one.test_x[0], one.test_y[0]) if one.test_y.shape[1] else train
-        # no validation items in either paper: validation reports the training stream (never the test)
+        # no validation items in either paper, and no test items with n_test=0 (Crammer & Singer): the
+        # run then reports the training stream's online figures as "train", never as "val" or "test"
+        splits = {"train": train} | ({"test": (one.test_x[0], one.test_y[0])} if one.test_y.shape[1] else {})
         self._finish(
-            {"train": train, "val": train, "test": test},
+            splits,
             source=f"{self.path}, trial {self.trial} (target user {one.targets[0]})",
             hint="pick another data.trial (data.data_seed draws the targets)",
         )

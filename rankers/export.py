@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
+from rankers.outputs import save_torchscript
 from rankers.quiet import quiet_third_party
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def export_scorer(
     example = torch.randn(7, n_features)
     paths = {"torchscript": str(out / "scorer.pt"), "onnx": str(out / "scorer.onnx"), "meta": str(out / "meta.json")}
     with torch.no_grad():
-        torch.jit.save(torch.jit.script(module), paths["torchscript"])
+        save_torchscript(torch.jit.script(module), paths["torchscript"], "export")
         export_onnx(module, example, paths["onnx"])
     meta = {
         "n_features": n_features,

@@ -21,11 +21,14 @@ from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from rankers import harness
+from rankers.callbacks import RunIdentity
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
 from rankers.learner import Learner
 from rankers.list_metrics import RESULT_KEYS, random_baseline  # noqa: F401  (re-exported)
+from rankers.outputs import AtomicCheckpointIO, atomic_directory, moved, write_results
 from rankers.report import write_report
 from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
+from rankers.run_identity import refuse_foreign_checkpoint, refuse_reused_directory
 
 log = logging.getLogger(__name__)
 
@@ -121,23 +124,44 @@ def _fit_or_exit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Any
     except SystemExit as interruption:  # SIGTERMException; Lightning turns Ctrl-C into sys.exit(1)
         if trainer.state.status != TrainerStatus.INTERRUPTED:
             raise
-        signal_name, code = (
-            ("SIGTERM", EXIT_SIGTERM) if isinstance(interruption, SIGTERMException) else ("SIGINT", EXIT_SIGINT)
-        )
-        saver = trainer.checkpoint_callback
-        last = Path(saver.dirpath) / "last.ckpt" if saver is not None and saver.dirpath else None
-        resume = str(last) if last is not None and last.exists() else None
-        if trainer.is_global_zero:
-            record = {
-                "interrupted": signal_name,
-                "epochs": trainer.current_epoch,
-                "fit_seconds": time.perf_counter() - start,
-                "resume": f"ckpt_path={resume}" if resume else "no checkpoint yet: start again",
-            }
-            (out / "results.json").write_text(json.dumps(record, indent=2))
-        log.error("interrupted by %s after %d epochs; resume with %s", signal_name, trainer.current_epoch, resume)
-        raise SystemExit(code) from interruption
+        raise _interrupted(trainer, interruption, out, "fit", time.perf_counter() - start) from interruption
     return time.perf_counter() - start
+
+
+def _interrupted(trainer: pl.Trainer, interruption: SystemExit, out: Path, during: str, seconds: float) -> SystemExit:
+    """Write ``results.json`` marked interrupted (``during`` the fit, or the validation or test after
+    it), naming the checkpoint to resume from, and the SystemExit with the signal's exit status."""
+    signal_name, code = (
+        ("SIGTERM", EXIT_SIGTERM) if isinstance(interruption, SIGTERMException) else ("SIGINT", EXIT_SIGINT)
+    )
+    saver = trainer.checkpoint_callback
+    last = Path(saver.dirpath) / "last.ckpt" if saver is not None and saver.dirpath else None
+    resume = str(last) if last is not None and last.exists() else None
+    if trainer.is_global_zero:
+        record = {
+            "interrupted": signal_name,
+            "during": during,
+            "epochs": trainer.current_epoch,
+            "fit_seconds": seconds,
+            "resume": f"ckpt_path={resume}" if resume else "no checkpoint yet: start again",
+        }
+        write_results(out / "results.json", record)
+    where = f"after {trainer.current_epoch} epochs" if during == "fit" else f"during {during}, after the fit"
+    log.error("interrupted by %s %s; resume with %s", signal_name, where, resume)
+    return SystemExit(code)
+
+
+def _evaluate_or_exit(fitted: Fitted, datamodule: Any, ckpt: str | None, out: Path, stage: str) -> list[dict]:
+    """``trainer.validate`` or ``trainer.test`` of a finished fit. A SIGTERM or Ctrl-C here ends the run
+    as one during the fit does: Lightning's evaluation loop raises a bare ``SystemExit`` for SIGTERM,
+    which would otherwise end the process with status 0 and no results."""
+    run = fitted.trainer.validate if stage == "validation" else fitted.trainer.test
+    try:
+        return run(fitted.model, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    except SystemExit as interruption:
+        if fitted.trainer.state.status != TrainerStatus.INTERRUPTED:
+            raise
+        raise _interrupted(fitted.trainer, interruption, out, stage, fitted.fit_seconds) from interruption
 
 
 def compose_config(overrides: list[str], *, output_dir: str | Path, data_dir: str | Path | None = None) -> DictConfig:
@@ -171,7 +195,7 @@ def _refuse_divergence(model: pl.LightningModule, results: dict[str, Any], out: 
         return
     message = f"training diverged: not finite: {', '.join(bad[:8])}; try a lower model.optimizer.lr"
     if out is not None:
-        (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
+        write_results(out / "results.json", {**results, "error": message})
     raise RuntimeError(message)
 
 
@@ -224,13 +248,16 @@ def fit(cfg: DictConfig, datamodule: Any, out: Path) -> Fitted:
             logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
         return harness.fit(cfg, model, datamodule, out, loggers)
     validating = getattr(datamodule, "has_validation", True)
+    # every checkpoint names its run and appears whole or not at all (rankers.run_identity, rankers.outputs)
+    common = {"logger": loggers or False, "plugins": [AtomicCheckpointIO()]}
+    identity = RunIdentity(cfg)
     if validating:
-        callbacks = _instantiate_group(cfg.get("callbacks"))
-        trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+        callbacks = [*_instantiate_group(cfg.get("callbacks")), identity]
+        trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, **common)
     else:
         _refuse_monitored_scheduler(cfg)
-        callbacks = _instantiate_group(_without_validation(cfg.get("callbacks")))
-        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, limit_val_batches=0)
+        callbacks = [*_instantiate_group(_without_validation(cfg.get("callbacks"))), identity]
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, limit_val_batches=0, **common)
         log.info("no validation split: every training query trains; the last epoch's model is kept")
     for logger in loggers:
         logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
@@ -244,12 +271,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _refuse_other_runs(cfg)
 
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
     fitted = fit(cfg, datamodule, out)
     return report(cfg, fitted, datamodule, out)
+
+
+def _refuse_other_runs(cfg: DictConfig) -> None:
+    """Before any data is read: refuse a resume from another run's checkpoint, and a run directory
+    whose checkpoints belong to another run (``rankers.run_identity``; the callback checks again)."""
+    saver = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}
+    if cfg.get("ckpt_path"):
+        refuse_foreign_checkpoint(cfg.ckpt_path, cfg, saver.get("dirpath"))
+    if saver.get("dirpath"):
+        refuse_reused_directory(saver.dirpath, cfg.get("ckpt_path"))
 
 
 def report(
@@ -260,11 +298,12 @@ def report(
     if isinstance(fitted.model, Learner):
         return harness.report(cfg, fitted, datamodule, out, extra=extra)
     model, trainer, validating, selection = fitted.model, fitted.trainer, fitted.validating, fitted.selection
+    trained_on = _stage_metrics([trainer.callback_metrics], "train")  # before validate/test reset them
     selection_seconds = fitted.selection_seconds
     best = fitted.best_checkpoint
     ckpt = best or None
     results: dict[str, Any] = {
-        "val": _stage_metrics(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "val")
+        "val": _stage_metrics(_evaluate_or_exit(fitted, datamodule, ckpt, out, "validation"), "val")
         if validating
         else {},
         "fit_seconds": fitted.fit_seconds,
@@ -282,26 +321,37 @@ def report(
         },
     }
     if cfg.get("test", True) and getattr(datamodule, "has_test", True):
-        results["test"] = _stage_metrics(
-            trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, verbose=False), "test"
-        )
+        results["test"] = _stage_metrics(_evaluate_or_exit(fitted, datamodule, ckpt, out, "test"), "test")
         baseline = random_baseline(datamodule, cfg.seed)
         if baseline:
             results["test_random_scores"] = baseline
+    results["evaluated"] = _evaluated(datamodule, results)
+    if not results["evaluated"] and trained_on:
+        # nothing held out (a ratings stream with n_test=0, a training file alone with val_fraction=0):
+        # the training stream's own figures, under their own name
+        results["train"] = trained_on
+        results["evaluated"] = {"train": "the training data as trained on (no validation or test split)"}
     _refuse_divergence(model, results, out if trainer.is_global_zero else None)
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
-        results["export"] = model.export_model(out / "export")
+        with atomic_directory(out / "export", "export") as partial:  # whole or not at all
+            results["export"] = moved(model.export_model(partial), partial, out / "export")
     # a model may add evaluations of its own (LinkLearn: an ad-hoc collection ranked by it, its start and BM25)
     extra_results = getattr(model, "extra_results", None)
     if extra_results is not None and trainer.is_global_zero:
         results.update(extra_results(out))
     results.update(extra or {})
     if trainer.is_global_zero:
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        write_results(out / "results.json", results)
         _write_report(out, results, cfg)
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
     return results
+
+
+def _evaluated(datamodule: Any, results: dict[str, Any]) -> dict[str, str]:
+    """``{"val": what it is, "test": ...}`` for the splits whose metrics results.json holds."""
+    sources = datamodule.split_sources() if hasattr(datamodule, "split_sources") else {}
+    return {name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)}
 
 
 def _write_report(out: Path, results: dict[str, Any], cfg: DictConfig) -> None:

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rankers.outputs import save_figure
+
 log = logging.getLogger(__name__)
 
 _PLUS_MINUS = re.compile(r"^\s*([-+0-9.eE]+)\s*(?:±\s*([-+0-9.eE]+))?\s*$")
@@ -246,6 +248,6 @@ def _save(figure, plt, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    save_figure(figure, path, "plot", dpi=90)
     plt.close(figure)
     return path

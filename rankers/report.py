@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from rankers.outputs import save_figure
+
 log = logging.getLogger(__name__)
 
 
@@ -62,7 +64,7 @@ def write_report(out: str | Path, results: dict[str, Any], *, title: str = "") -
     figure.suptitle(title or out.name)
     figure.tight_layout()
     path = out / "report.png"
-    figure.savefig(path, dpi=90)
+    save_figure(figure, path, "report", dpi=90)
     plt.close(figure)
     return path
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from datamodules.letor_io import LetorData, read_doc_ids, read_letor
+from rankers.outputs import EXIT_OUTPUT_ERROR, OutputError, atomic_file
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,12 @@ def write_run(
     path: str | Path, scores: np.ndarray, qids: np.ndarray, offsets: np.ndarray, doc_ids: list[str], tag: str = "ltr"
 ) -> None:
     """TREC run format; within a query, ties keep file order (as the metrics do)."""
-    with open(path, "w") as out:
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if len(bad):  # a run file with "nan" scores ranks nothing and trec_eval reads it without a word
+        raise ValueError(
+            f"the scorer gave {len(bad)} non-finite scores (first: document row {bad[0]}, query {qids[bad[0]]})"
+        )
+    with atomic_file(path, "run file") as partial, open(partial, "w") as out:
         for start, stop in itertools.pairwise(offsets):
             order = start + np.argsort(-scores[start:stop], kind="stable")
             for rank, row in enumerate(order, 1):
@@ -116,8 +122,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default="ltr")
     parser.add_argument("--zero-based", action="store_true")
     args = parser.parse_args(argv)
-    scores, data = score_file(args.scorer, args.input, zero_based=args.zero_based)
-    write_run(args.output, scores, data.qids, data.offsets, read_doc_ids(args.input), args.tag)
+    try:
+        scores, data = score_file(args.scorer, args.input, zero_based=args.zero_based)
+        write_run(args.output, scores, data.qids, data.offsets, read_doc_ids(args.input), args.tag)
+    except OutputError as error:  # one line naming the file, as train.py ends a run that cannot write
+        raise _exit(error, EXIT_OUTPUT_ERROR) from error
+    except ValueError as error:  # the readers' DataError, scores that are not finite
+        raise _exit(error, 2) from error
+
+
+def _exit(error: Exception, code: int) -> SystemExit:
+    logging.getLogger(__name__).error("%s", error)
+    return SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ on ``\\n`` (a trailing ``\\r`` is removed), the convention of trec_eval.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,7 +111,13 @@ def write_run(
         lines += [f"{qid} Q0 {doc_ids[d]} {r} {v:.9g} {tag}" for r, (v, d) in enumerate(zip(values, documents), 1)]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines))
+    # whole or not at all: a run file cut short by a full disk would be scored as a shorter run
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text("".join(line + "\n" for line in lines))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from datamodules.atomic import atomic_path
 from datamodules.wikipedia.dump import WikipediaFormatError, iter_pages
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
 from retrieval.terms import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
+
+log = logging.getLogger(__name__)
 
 CACHE_VERSION = 4
 SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
@@ -185,15 +188,18 @@ def load_or_parse(
         if is_folder
         else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
     )
-    cached.parent.mkdir(parents=True, exist_ok=True)
     extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
     extra["names"] = np.frombuffer("\n".join(linked.names).encode(), np.uint8)
     extra["sentence_owner"] = linked.sentence_owner
     for name, queries in (("titles", linked.titles), ("leads", linked.leads), ("sentences", linked.sentences)):
         extra.update({f"{name}_offsets": queries.offsets, f"{name}_term_ids": queries.term_ids})
         extra.update({f"{name}_tfs": queries.tfs, f"{name}_lengths": queries.lengths})
-    with atomic_path(cached) as partial:  # a killed run or a second process sees no half-written cache
-        save_corpus(partial, linked.corpus, **extra)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(cached) as partial:  # a killed run or a second process sees no half-written cache
+            save_corpus(partial, linked.corpus, **extra)
+    except OSError as error:  # a full disk or read-only cache costs the next run a parse, not this run
+        log.warning("cannot write the corpus cache %s: %s; continuing without it", cached, error.strerror or error)
     return linked
 
 

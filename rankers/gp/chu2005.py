@@ -9,7 +9,6 @@ defaults (conf/experiment/chu2005_*.yaml); the Laplace approximation replaces th
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -24,6 +23,7 @@ from datamodules.tabular import TableFormatError, read_numeric_table
 from rankers.gp import active
 from rankers.gp.kernels import SemiSupervisedKernel, deformation, knn_laplacian, rbf
 from rankers.gp.preference import fit, posterior_latent
+from rankers.outputs import save_figure, write_results
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _spiral(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(summary, indent=1))
+        write_results(out / "results.json", summary)
         _plot_spiral(out / "spiral.png", x, axis, surfaces, results, pair)
     return summary
 
@@ -172,7 +172,7 @@ def _plot_spiral(path: Path, x, axis, surfaces, results, pair) -> None:
     ax.set_title(f"(d) the 35 points; labelled pair {pair[0]} > {pair[1]}")
     ax.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, "plot", dpi=110)
     plt.close(figure)
 
 
@@ -357,7 +357,7 @@ def _boston(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(summary, indent=1))
+        write_results(out / "results.json", summary)
         _plot_boston(out / "boston.png", curves, summary["setting"])
     return summary
 
@@ -378,5 +378,5 @@ def _plot_boston(path: Path, curves: dict, setting: dict) -> None:
         ax.legend()
         ax.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, "plot", dpi=110)
     plt.close(figure)

@@ -40,7 +40,6 @@ fits the training tasks ever more closely, so it is the regularizer here.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from rankers.gp.ordinal import (
     predict_ordinal,
     site_posterior,
 )
+from rankers.outputs import save_figure, write_results, write_text
 
 log = logging.getLogger(__name__)
 
@@ -273,12 +273,15 @@ def fit_predict(split: Split, model: str, options: ModelOptions | None = None) -
     return FitResult(out, history)
 
 
-def errors(predictions: Tensor, labels: Tensor) -> tuple[float, float]:
+def errors(predictions: Tensor, labels: Tensor) -> tuple[float, float] | None:
     """Mean absolute error and zero-one error of each task on its rated items, averaged over the
-    tasks that have any: ``predictions, labels [T, q]`` (-1 = not rated)."""
+    tasks that have any: ``predictions, labels [T, q]`` (-1 = not rated); None when no task rated
+    any of the ``q`` items (nothing to measure, where a mean would be NaN)."""
     rated = labels >= 0
     counts = rated.sum(1)
     has = counts > 0
+    if not bool(has.any()):
+        return None
     zero = torch.zeros((), dtype=torch.float64)
     difference = torch.where(rated, (predictions - labels).abs().to(torch.float64), zero)
     wrong = torch.where(rated, (predictions != labels).to(torch.float64), zero)
@@ -342,18 +345,9 @@ def table(
                 seconds[model] += time.perf_counter() - begin
                 per_trial[model][n].append(errors(result.predictions, split.test_labels))
                 histories[model][n].append(result.history)
-                log.info("trial %d, %d items, %s: MAE %.4f, zero-one %.4f", trial, n, model, *per_trial[model][n][-1])
+                log.info("trial %d, %d items, %s: MAE, zero-one %s", trial, n, model, per_trial[model][n][-1])
     results_table = {
-        model: {
-            str(n): {
-                "mae": float(np.mean([v[0] for v in per_trial[model][n]])),
-                "zero_one": float(np.mean([v[1] for v in per_trial[model][n]])),
-                "mae_per_trial": [v[0] for v in per_trial[model][n]],
-                "zero_one_per_trial": [v[1] for v in per_trial[model][n]],
-                **_paper_cell(model, n),
-            }
-            for n in train_sizes
-        }
+        model: {str(n): {**_cell(per_trial[model][n]), **_paper_cell(model, n)} for n in train_sizes}
         for model in models
     }
     total = time.perf_counter() - start
@@ -370,10 +364,26 @@ def table(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "table.md").write_text(text)
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        write_text(out / "table.md", text, "table")
+        write_results(out / "results.json", results, default=str)
         plot_table(results_table, train_sizes, models, out / "yu2005_cor.png")
     return results
+
+
+def _cell(trials: list[tuple[float, float] | None]) -> dict[str, Any]:
+    """One cell of the tables: the means over the trials that had a rated test item (per trial None
+    where none had); a cell no trial could measure holds None and says why under ``"absent"``."""
+    measured = [v for v in trials if v is not None]
+    cell: dict[str, Any] = {
+        "mae": float(np.mean([v[0] for v in measured])) if measured else None,
+        "zero_one": float(np.mean([v[1] for v in measured])) if measured else None,
+        "mae_per_trial": [None if v is None else v[0] for v in trials],
+        "zero_one_per_trial": [None if v is None else v[1] for v in trials],
+        "trials_measured": len(measured),
+    }
+    if not measured:
+        cell["absent"] = f"no task user rated a test item in any of the {len(trials)} trials"
+    return cell
 
 
 def _paper_cell(model: str, n: int) -> dict[str, Any]:
@@ -393,9 +403,12 @@ def format_table(results_table: dict, train_sizes, models, trials: int, seconds:
             for model in models:
                 row = results_table[model][str(n)]
                 paper = row.get("paper", {}).get(key)
-                cells.append(f"{row[key]:.4f}" + (f" ({paper:.4f})" if paper is not None else ""))
+                ours = "n/a" if row[key] is None else f"{row[key]:.4f}"
+                cells.append(ours + (f" ({paper:.4f})" if paper is not None else ""))
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
         lines.append("")
+    absent = sorted({row["absent"] for rows in results_table.values() for row in rows.values() if "absent" in row})
+    lines += [f"n/a: {reason}" for reason in absent] + ([""] if absent else [])
     return "\n".join(lines)
 
 
@@ -410,11 +423,12 @@ def plot_table(results_table: dict, train_sizes, models, path: Path) -> None:
     for ax, key, title in zip(axes, ("mae", "zero_one"), ("mean absolute error", "mean zero-one error"), strict=True):
         for model in models:
             values = [results_table[model][str(n)][key] for n in train_sizes]
+            values = [np.nan if v is None else v for v in values]  # a gap in the line, not a point
             ax.plot(train_sizes, values, marker="o", linestyle="--" if model.startswith("C") else "-", label=model)
         ax.set_xlabel("training items")
         ax.set_title(title)
         ax.legend(fontsize=8)
     figure.suptitle("Collaborative ordinal regression (Yu, Yu & Tresp 2005, Tables 1-2)")
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    save_figure(figure, path, "plot", dpi=90)
     plt.close(figure)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from datamodules.multilabel import AffineScaler
 from rankers.export import export_onnx
+from rankers.outputs import save_torchscript
 
 
 class LinearLabelScorer(nn.Module):
@@ -70,7 +71,7 @@ def export_label_scorer(
     module = copy.deepcopy(LabelScorer(scaler, core)).cpu().eval()
     paths = {"torchscript": str(out / "scorer.pt"), "onnx": str(out / "scorer.onnx"), "meta": str(out / "meta.json")}
     with torch.no_grad():
-        torch.jit.save(torch.jit.script(module), paths["torchscript"])
+        save_torchscript(torch.jit.script(module), paths["torchscript"], "export")
         export_onnx(module, torch.randn(7, n_features), paths["onnx"], rows="instances")
     meta = {
         "kind": "label_ranking",

@@ -21,6 +21,7 @@ import torch
 
 from datamodules.multilabel_io import read_multilabel
 from metrics.label_ranking import LABEL_RANKING_METRICS, TOP_LABEL_METRICS
+from rankers.outputs import atomic_file
 
 
 def load_label_scorer(path: str | Path):
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     scores = load_label_scorer(args.scorer)(np.ascontiguousarray(features))
     names = meta.get("labels") or data.label_names
     if args.output:
-        with open(args.output, "w") as out:
+        with atomic_file(args.output, "predictions file") as partial, open(partial, "w") as out:
             for i, row in enumerate(scores):
                 order = np.argsort(-row, kind="stable")
                 relevant = ",".join(names[j] for j in order if row[j] > 0)

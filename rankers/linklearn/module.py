@@ -36,6 +36,7 @@ from rankers.linklearn.model import (
     weight_matrix,
 )
 from rankers.neural.module import PassLimit
+from rankers.outputs import save_torchscript
 from retrieval.bm25 import bm25_scores, bm25_term_weight
 from retrieval.evaluation import evaluate_runs
 from retrieval.sparse import csr_contains, entry_index, inverted_index, rank, sparse_rows
@@ -280,7 +281,7 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         hp = self.hparams
         clone = TermWeight(hp.hidden, start=hp.start, k1=hp.k1, b=hp.b, idf_power=hp.idf_power)
         clone.load_state_dict(self.term_weight.state_dict())
-        torch.jit.script(clone.cpu().eval()).save(str(out / "term_weight.pt"))
+        save_torchscript(torch.jit.script(clone.cpu().eval()), out / "term_weight.pt", "export")
         meta = {
             "model": "linklearn",
             "input": "tf [n], idf [n], length [n] float32 of (document, term) entries -> f [n]",

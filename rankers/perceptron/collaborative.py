@@ -29,7 +29,6 @@ A row from another learner plugs in through ``extra_rows``: dotted names of func
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -41,9 +40,10 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.ratings import RatingsProtocol, RatingTrials
+from rankers.outputs import write_results, write_text
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from rankers.perceptron.ensemble import _round_rank as round_rank
-from rankers.perceptron.harrington import rank_losses, student_t_interval
+from rankers.perceptron.harrington import NO_INTERVAL, mean_and_interval, rank_losses, student_t_interval
 from rankers.plots import paper_table_plot
 
 log = logging.getLogger(__name__)
@@ -187,8 +187,8 @@ def table2(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "table2.md").write_text(text)
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default))
+        write_text(out / "table2.md", text, "table")
+        write_results(out / "results.json", results, default=_json_default)
         title = (
             f"Harrington (2003) Table 2 protocol: {setting['trials']} trials, {setting['features']} feature users, "
             f"{setting['ranks']} ranks (paper: EachMovie)"
@@ -200,7 +200,7 @@ def table2(
 def _summary(values: torch.Tensor, paper: str | None = None) -> dict[str, Any]:
     mean, half = student_t_interval(values.detach().cpu())
     row = {"mean": mean, "ci95": half, "per_trial": values.detach().cpu().tolist()}
-    return row | ({"paper": paper} if paper else {})
+    return row | ({"paper": paper} if paper else {}) | ({"absent": NO_INTERVAL} if half is None else {})
 
 
 def _json_default(value: Any) -> Any:
@@ -224,7 +224,7 @@ def format_table2(
         "|---|---|---|",
     ]
     for name, row in table.items():
-        lines.append(f"| {name} | {row['mean']:.3f} ± {row['ci95']:.3f} | {row.get('paper') or '-'} |")
+        lines.append(f"| {name} | {mean_and_interval(row)} | {row.get('paper') or '-'} |")
     if variants:
         lines += [
             "",
@@ -232,7 +232,7 @@ def format_table2(
             "",
         ]
         lines += ["| variant | ours |", "|---|---|"]
-        lines += [f"| {name} | {row['mean']:.3f} ± {row['ci95']:.3f} |" for name, row in variants.items()]
+        lines += [f"| {name} | {mean_and_interval(row)} |" for name, row in variants.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -296,13 +296,13 @@ def online_table(
     ]
     for name, row in table.items():
         held_out = results["test"].get(name)
-        shown = f"{held_out['mean']:.3f} ± {held_out['ci95']:.3f}" if held_out else "-"
-        lines.append(f"| {name} | {row['mean']:.3f} ± {row['ci95']:.3f} | {shown} |")
+        shown = mean_and_interval(held_out) if held_out else "-"
+        lines.append(f"| {name} | {mean_and_interval(row)} | {shown} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "online.md").write_text(text)
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default))
+        write_text(out / "online.md", text, "table")
+        write_results(out / "results.json", results, default=_json_default)
     return results

@@ -15,7 +15,6 @@ on CUDA the OAP streams take the Triton kernel, PRank and Widrow-Hoff the tensor
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -28,6 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from datamodules.harrington_data import harrington_synthetic, polynomial_features
+from rankers.outputs import write_results, write_text
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
 from rankers.plots import paper_table_plot
 from rankers.threads import torch_threads
@@ -50,12 +50,16 @@ PAPER = {  # section 4.1 and Table 1
 }
 
 
-def student_t_interval(values: torch.Tensor, confidence: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of the Student-t confidence interval of ``values [n]``."""
+NO_INTERVAL = "ci95: one trial, an interval needs at least two"
+
+
+def student_t_interval(values: torch.Tensor, confidence: float = 0.95) -> tuple[float, float | None]:
+    """Mean and half-width of the Student-t confidence interval of ``values [n]``; the half-width is
+    None for a single value (no interval, where the formula gives NaN)."""
     n = values.numel()
     mean = values.double().mean().item()
     if n < 2:
-        return mean, float("nan")
+        return mean, None
     half = t_quantile(confidence, n - 1) * values.double().std(unbiased=True).item() / n**0.5
     return mean, half
 
@@ -209,6 +213,7 @@ def table1(
     for name, values in losses.items():
         mean, half = student_t_interval(values.cpu())
         results[name] = {"mean": mean, "ci95": half, "per_trial": values.cpu().tolist(), "paper": PAPER.get(name)}
+        results[name] |= {"absent": NO_INTERVAL} if half is None else {}
     total = time.perf_counter() - start
     table = format_table(
         results,
@@ -224,9 +229,9 @@ def table1(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "table1.md").write_text(table)
+        write_text(out / "table1.md", table, "table")
         summary = {"table1": results, "seconds": total, "stream_seconds": seconds, "device": _device_name(device)}
-        (out / "results.json").write_text(json.dumps(summary, indent=1))
+        write_results(out / "results.json", summary)
         title = f"Harrington (2003) Table 1: {trials} trials, {n_train} training examples, N = {n_perceptrons}"
         paper_table_plot(results, out / "table1.png", title=title)
     return results
@@ -253,5 +258,10 @@ def format_table(results: dict[str, Any], **setting: Any) -> str:
         "|---|---|---|",
     ]
     for name, row in results.items():
-        lines.append(f"| {name} | {row['mean']:.3f} ± {row['ci95']:.3f} | {row['paper'] or '-'} |")
+        lines.append(f"| {name} | {mean_and_interval(row)} | {row['paper'] or '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def mean_and_interval(row: dict[str, Any]) -> str:
+    """``"0.312 ± 0.020"``, or ``"0.312 (one trial)"`` when there is no interval."""
+    return f"{row['mean']:.3f} ± {row['ci95']:.3f}" if row.get("ci95") is not None else f"{row['mean']:.3f} (one trial)"

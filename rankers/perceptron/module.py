@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
 from rankers.learner import FitLog, Learner, Normalized, QuerySplit
+from rankers.outputs import save_torchscript
 from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, rank_of
 from rankers.scorers import LinearScorer
 
@@ -167,7 +168,7 @@ class OnlineOrdinalModule(Learner):
             self.linear_weights().detach().cpu(),
             self.learner.thresholds[0].mean(0).detach().cpu(),
         )
-        torch.jit.save(torch.jit.script(grader), str(path))
+        save_torchscript(torch.jit.script(grader), path, "export")
         return {"grader": str(path)}
 
 
