@@ -103,7 +103,7 @@ class GPPreferenceModule(CpuThreads, ListMetrics, pl.LightningModule):
         gain: str = "exp2",
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
-        cpu_threads: int | None = None,
+        cpu_threads: int | None = 1,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]
