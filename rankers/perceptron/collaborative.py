@@ -41,8 +41,7 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.ratings import RatingsProtocol, RatingTrials
-from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
-from rankers.perceptron.ensemble import _round_rank as round_rank
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, round_rank
 from rankers.perceptron.harrington import rank_losses, student_t_interval
 from rankers.plots import paper_table_plot
 
