@@ -1,9 +1,9 @@
 """Harrington's Table 2 protocol: all trials of a row as one ``[R, N, d]`` tensor vs one trial at a time.
 
-    python bench/collaborative.py                                # ml-100k-sized MovieLens-like data, 500 trials
-    python bench/collaborative.py --path ratings.dat             # a real ratings file
-    python bench/collaborative.py --devices cuda              # (default: cpu, and cuda when present)
-    python bench/collaborative.py --rankboost                 # + the RankBoost row's time and rank loss
+    python -m bench.collaborative                                # ml-100k-sized MovieLens-like data, 500 trials
+    python -m bench.collaborative --path ratings.dat             # a real ratings file
+    python -m bench.collaborative --devices cuda              # (default: cpu, and cuda when present)
+    python -m bench.collaborative --rankboost                 # + the RankBoost row's time and rank loss
 
 Ours: ``rankers.perceptron.collaborative`` runs every row (WH at four rates, PRank/PRank-VP, OAP at each tau
 with N perceptrons) over all R trials at once. Reference: the same rows run for one trial at a
@@ -17,16 +17,13 @@ is checked with tau = 1, where the draws do not matter).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine, sync
+from bench.timing import machine, sync
 from datamodules.ratings import HarringtonRatings, RatingTrials
 from datamodules.ratings_io import write_ratings
 from datamodules.synthetic_ratings import movielens_like

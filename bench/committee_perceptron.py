@@ -1,8 +1,8 @@
 """Pairs per second of the Committee Perceptron: our paths next to a one-run numpy loop, and a sweep of
 R runs as one tensor against the same R runs one after another.
 
-    python bench/committee_perceptron.py                     # CPU (and CUDA when present)
-    python bench/committee_perceptron.py --device cuda --runs 64
+    python -m bench.committee_perceptron                     # CPU (and CUDA when present)
+    python -m bench.committee_perceptron --device cuda --runs 64
 
 Data: the preference pairs of ``--data`` (LETOR file; default LightGBM's lambdarank example as
 converted for this project, 161 queries, 300 features, 10,584 pairs), z-scored; a seeded random
@@ -25,16 +25,13 @@ same committee counts on a prefix of the stream.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import device_seconds, machine
+from bench.timing import device_seconds, machine
 from datamodules.feature_maps import QuantileThresholds
 from datamodules.letor_io import read_letor
 from datamodules.normalization import FeatureNormalizer
@@ -106,11 +103,6 @@ def check(features, pairs, eta, device: torch.device, steps: int) -> None:
         assert int(ours.mistakes[0]) == int(mistakes.sum()) and filled == counts, f"fused={fused} disagrees"
 
 
-def timed(fn, device: torch.device) -> float:
-    fn()  # warm-up (and kernel load)
-    return device_seconds(fn, device)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="/work/data/letor_a/train.txt")
@@ -173,14 +165,14 @@ def main() -> None:
                     learner = PairwisePerceptron(d, committee_size=sizes[run], device=device, fused=fused)
                     learner.fit_pairs(x, pairs, eta, order[run : run + 1])
 
-            rate = steps / timed(single, device)
+            rate = steps / device_seconds(single, device, warmup=1)
             print(f"| {name} | {label}, one run | 1 | {rate:,.0f} | {rate / reference_rate:.1f}x |")
-            batched_seconds = timed(batched, device)
+            batched_seconds = device_seconds(batched, device, warmup=1)
             rate = args.runs * steps / batched_seconds
             print(
                 f"| {name} | {label}, sweep as one tensor | {args.runs} | {rate:,.0f} | {rate / reference_rate:.1f}x |"
             )
-            sequential_seconds = timed(sequential, device)
+            sequential_seconds = device_seconds(sequential, device, warmup=1)
             rate = args.runs * steps / sequential_seconds
             print(
                 f"| {name} | {label}, the sweep's runs one by one | {args.runs} | {rate:,.0f} | "
@@ -203,7 +195,7 @@ def time_live_columns(features, pairs, eta, live, n_pairs, sizes, runs, referenc
             learner = PairwisePerceptron(width, committee_size=committee, n_runs=count, fused="cpu")
             learner.fit_pairs(narrow, pairs, eta, order, columns=live)
 
-        rate = count * n_pairs / timed(fit, device)
+        rate = count * n_pairs / device_seconds(fit, device, warmup=1)
         what = "one run" if count == 1 else "sweep as one tensor"
         print(f"| cpu | fused C++ on the live columns, {what} | {count} | {rate:,.0f} | {rate / reference_rate:.1f}x |")
 

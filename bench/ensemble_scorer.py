@@ -1,7 +1,7 @@
 """A training step of a K-network ensemble: stacked members (``MLPScorer(members=K)``) vs a loop.
 
-    python bench/ensemble_scorer.py                          # CPU, and CUDA when present
-    python bench/ensemble_scorer.py --device cpu --members 5 10 --widths 300 9600
+    python -m bench.ensemble_scorer                          # CPU, and CUDA when present
+    python -m bench.ensemble_scorer --device cpu --members 5 10 --widths 300 9600
 
 One step = the members' scores of a batch, RankNet's loss per member and the backward pass, on
 ``--lists`` lists of ``--length`` documents. The reference, timed in the same run, is what
@@ -14,15 +14,11 @@ network on LETOR data). Network: the ranker config's ``[128, 64]``, layer norm, 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine, median_ms
+from bench.timing import machine, median_ms
 from losses import ranknet_loss
 from rankers.scorers import MLPScorer
 

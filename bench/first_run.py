@@ -1,9 +1,9 @@
 """A cold first ``python train.py experiment=harrington2003`` against a numpy loop, measured in the same run.
 
-    python bench/first_run.py                      # the experiment's defaults (20 trials)
-    python bench/first_run.py --trials 5           # a shorter table, the same ratio's meaning
-    python bench/first_run.py --repeat 2           # the cold run twice (two fresh copies)
-    python bench/first_run.py --source ../old      # another checkout (git worktree add ../old COMMIT)
+    python -m bench.first_run                      # the experiment's defaults (20 trials)
+    python -m bench.first_run --trials 5           # a shorter table, the same ratio's meaning
+    python -m bench.first_run --repeat 2           # the cold run twice (two fresh copies)
+    python -m bench.first_run --source ../old      # another checkout (git worktree add ../old COMMIT)
 
 What "cold" means here, as a new user meets it: a fresh copy of the repository (the files git
 tracks or would track, no build outputs, no ``__pycache__``), installed into a fresh virtual

@@ -1,8 +1,8 @@
 """Batched preference-GP work (T tasks as one tensor program) vs a one-task-at-a-time loop.
 
-    python bench/gp.py                        # CPU; T = 20 tasks, Boston's shape
-    python bench/gp.py --device cuda          # GPU rows (CUDA-event timed) next to the CPU loop
-    python bench/gp.py --tasks 100 --pairs 100
+    python -m bench.gp                        # CPU; T = 20 tasks, Boston's shape
+    python -m bench.gp --device cuda          # GPU rows (CUDA-event timed) next to the CPU loop
+    python -m bench.gp --tasks 100 --pairs 100
 
 The unit of work is one step of Chu & Ghahramani's active learning (experiment=chu2005_boston) for
 each of T trials: the Laplace fit of K labelled pairs over n items (Newton, warm start from zero),
@@ -17,14 +17,10 @@ Both get the same data and are checked equal before timing. Prints seconds per s
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import device_seconds, machine, median_ms
+from bench.timing import device_seconds, machine, median_ms
 from rankers.gp import active
 from rankers.gp.kernels import rbf
 from rankers.gp.preference import fit, predict_pairs, scatter_pairs

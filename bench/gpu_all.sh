@@ -12,16 +12,16 @@
 # such, and one with under 20 s left is recorded as not run):
 #   build       python -m kernels.build (the C++ kernels, for the CPU rows)
 #   tests       the GPU-only tests (Triton kernels vs tensor path on CUDA, gpu_fast training, syncs)
-#   perceptron  bench/perceptron.py --device cuda: R=20 x N=100 x T=50,000 at d=6 and d=300
-#   training    bench/train_throughput.py --device cuda: one MSLR-WEB30K-sized epoch
-#   gp          bench/gp.py --device cuda, then the same on one CPU thread of that machine
-#   ensemble    bench/ensemble_scorer.py --device cuda: stacked ensemble members vs a loop over K networks
+#   perceptron  python -m bench.perceptron --device cuda: R=20 x N=100 x T=50,000 at d=6 and d=300
+#   training    python -m bench.train_throughput --device cuda: one MSLR-WEB30K-sized epoch
+#   gp          python -m bench.gp --device cuda, then the same on one CPU thread of that machine
+#   ensemble    python -m bench.ensemble_scorer --device cuda: stacked ensemble members vs a loop over K networks
 #   harrington  python train.py experiment=harrington2003 harrington.device=cuda (the whole Table 1)
-#   committee   bench/committee_perceptron.py --device cuda
-#   rankboost   bench/rankboost.py --device cuda on 40,000 synthetic documents
+#   committee   python -m bench.committee_perceptron --device cuda
+#   rankboost   python -m bench.rankboost --device cuda on 40,000 synthetic documents
 #   table1      the perceptron stream at R=60 (Table 1's three tau in one tensor) with the Triton launch sweep
-#   linklearn   bench/linklearn.py --device cuda
-#   losses      bench/losses.py --device cuda: LambdaRank's Triton kernel vs the tensor path and the reference
+#   linklearn   python -m bench.linklearn --device cuda
+#   losses      python -m bench.losses --device cuda: LambdaRank's Triton kernel vs the tensor path and the reference
 #
 # The full logs go to $TMPDIR/gpu_logs and, after every step, into gpu_logs.tar.gz beside the
 # report, so a call cut short still returns what finished. On the lent GPU machines hydra-core,
@@ -96,16 +96,16 @@ TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep|machine)'
 GPU_TESTS="$(grep -rl cuda_only tests --include='test_*.py' | sort | tr '\n' ' ')"
 step build 40 '.' "$PY" -m kernels.build
 step tests 110 '(passed|failed|error|skipped|FAILED|ERROR|Error)' "$PY" -m pytest -q -m gpu -p no:cacheprovider -rA $GPU_TESTS
-step perceptron 80 "$TABLE" "$PY" bench/perceptron.py --device cuda --dims 6 300
-step training 150 "$TABLE" "$PY" bench/train_throughput.py --device cuda
-step gp 40 '.' bash -c "$PY bench/gp.py --device cuda && $PY bench/gp.py --device cpu --threads 1"
-step ensemble 40 "$TABLE" "$PY" bench/ensemble_scorer.py --device cuda
+step perceptron 80 "$TABLE" "$PY" -m bench.perceptron --device cuda --dims 6 300
+step training 150 "$TABLE" "$PY" -m bench.train_throughput --device cuda
+step gp 40 '.' bash -c "$PY -m bench.gp --device cuda && $PY -m bench.gp --device cpu --threads 1"
+step ensemble 40 "$TABLE" "$PY" -m bench.ensemble_scorer --device cuda
 step harrington 60 '.' "$PY" train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
-step committee 40 "$TABLE" "$PY" bench/committee_perceptron.py --device cuda
-step rankboost 40 "$TABLE" "$PY" bench/rankboost.py --train synthetic:100,400,136 --rounds 100 --reference-rounds 10 --device cuda
-step table1 50 "$TABLE" "$PY" bench/perceptron.py --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
-step linklearn 40 "$TABLE" "$PY" bench/linklearn.py --device cuda
-step losses 240 "$TABLE" "$PY" bench/losses.py --device cuda --shapes 16x512 4x4096 64x128 --losses "lambdarank (all pairs)" lambdarank@10
+step committee 40 "$TABLE" "$PY" -m bench.committee_perceptron --device cuda
+step rankboost 40 "$TABLE" "$PY" -m bench.rankboost --train synthetic:100,400,136 --rounds 100 --reference-rounds 10 --device cuda
+step table1 50 "$TABLE" "$PY" -m bench.perceptron --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
+step linklearn 40 "$TABLE" "$PY" -m bench.linklearn --device cuda
+step losses 240 "$TABLE" "$PY" -m bench.losses --device cuda --shapes 16x512 4x4096 64x128 --losses "lambdarank (all pairs)" lambdarank@10
 
 echo >> "$OUTFILE"
 echo "Total $((SECONDS - START)) s. Full logs: $LOGDIR (and gpu_logs.tar.gz beside this file)" >> "$OUTFILE"

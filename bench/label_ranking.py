@@ -1,6 +1,6 @@
 """Label ranking on multilabel data: the calibrated ranker, its neural version, binary relevance, ML-kNN.
 
-    python bench/label_ranking.py --data emotions-train.arff emotions-test.arff emotions.xml \
+    python -m bench.label_ranking --data emotions-train.arff emotions-test.arff emotions.xml \
         --data yeast-train.arff yeast-test.arff yeast.xml --plot label_ranking.png
 
 With ``--cv K`` the test files are not read: each model is cross-validated on each training file
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,9 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine
 from metrics.label_ranking import LABEL_RANKING_METRICS
 from rankers.label_ranking.baselines import mlknn_scores
 from rankers.pipeline import compose_config, train

@@ -1,6 +1,6 @@
 """The blend's logistic part: one batched truncated-Newton solve for all labels vs scikit-learn per label.
 
-    python bench/label_ranking_logistic.py --data genbase-train.arff genbase.xml [--data ...] [--C 1 3]
+    python -m bench.label_ranking_logistic --data genbase-train.arff genbase.xml [--data ...] [--C 1 3]
 
 For each training file (min-max scaled, as ``data=multilabel`` does) and each ``C``: the median
 seconds of ``rankers.label_ranking.logistic.fit_logistic`` (all labels at once, torch float64 on the
@@ -13,30 +13,16 @@ stops nearer the optimum both aim at.
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
 from bench.label_ranking_share import minmax
+from bench.timing import machine, median_seconds
 from datamodules.multilabel_io import read_multilabel
 from rankers.label_ranking.baselines import fit_binary_relevance
 from rankers.label_ranking.logistic import fit_logistic
-
-
-def seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def distance_to_optimum(part: tuple[np.ndarray, np.ndarray], x: np.ndarray, y: np.ndarray, C: float) -> float:
@@ -71,8 +57,8 @@ def main(argv: list[str] | None = None) -> None:
         y = (data.labels > 0).astype(int)
         name = Path(train_path).stem.removesuffix("-train")
         for C in args.C:
-            ours = seconds(lambda: fit_logistic(x, y, C=C), args.repeats)  # noqa: B023
-            theirs = seconds(lambda: fit_binary_relevance(x, y, C=C), args.repeats)  # noqa: B023
+            ours = median_seconds(lambda: fit_logistic(x, y, C=C), args.repeats)  # noqa: B023
+            theirs = median_seconds(lambda: fit_binary_relevance(x, y, C=C), args.repeats)  # noqa: B023
             gap_ours = distance_to_optimum(fit_logistic(x, y, C=C), x, y, C)
             gap_theirs = distance_to_optimum(fit_binary_relevance(x, y, C=C), x, y, C)
             print(f"| {name} | {x.shape[0]} x {x.shape[1]}, {y.shape[1]} | {C:g} | {ours:.2f} | {theirs:.2f} | "

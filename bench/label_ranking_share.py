@@ -1,6 +1,6 @@
 """How to blend Algorithm 1 with binary relevance: every (C, share) pair, and the CV rule, in nested CV.
 
-    python bench/label_ranking_share.py --data emotions-train.arff emotions.xml --folds 5 \
+    python -m bench.label_ranking_share --data emotions-train.arff emotions.xml --folds 5 \
         --data scene-train.arff scene.xml --folds 3 [--json shares.json]
 
 For each ``--data TRAIN LABELS`` (MULAN's XML, or k for the last k attributes) the training file is
@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine
 from datamodules.multilabel import affine_parameters
 from datamodules.multilabel_io import read_multilabel
 from rankers.label_ranking.baselines import fit_binary_relevance

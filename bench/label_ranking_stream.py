@@ -1,6 +1,6 @@
 """Algorithm 1's stream on many labels: the per-row stream for 0/1 labels vs the dense loop.
 
-    python bench/label_ranking_stream.py [--shapes 1000x500x374 1000x1000x53 1000x100x14] [--epochs 2]
+    python -m bench.label_ranking_stream [--shapes 1000x500x374 1000x1000x53 1000x100x14] [--epochs 2]
         [--data medical-train.arff medical.xml ...]
 
 For each ``NxFxd`` a synthetic multilabel set (features uniform with 80 % zeros, labels from a noisy
@@ -15,17 +15,14 @@ file, min-max scaled as ``data=multilabel`` does (``--shapes`` with no value: re
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import rankers.label_ranking.online as online
-from bench._timing import machine
 from bench.label_ranking_share import minmax
+from bench.timing import machine
 from datamodules.multilabel_io import read_multilabel
 from rankers.label_ranking.blend import fit_online
 

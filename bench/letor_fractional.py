@@ -7,7 +7,7 @@ judges each see its grade plus Gaussian noise (``noise``), round it and clip it 
 new label is their mean (thirds with three judges). Features, qids and comments are kept; the draw is
 seeded, so the same command writes the same file.
 
-    python bench/letor_fractional.py msn1.fold1.train.5k.txt msn_fractional/train.txt --seed 0
+    python -m bench.letor_fractional msn1.fold1.train.5k.txt msn_fractional/train.txt --seed 0
 """
 
 from __future__ import annotations

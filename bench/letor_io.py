@@ -1,7 +1,7 @@
 """LETOR parsing throughput and cache-reload speed-up on a generated MSLR-shaped file.
 
-    python bench/letor_io.py                 # 1,000,000 lines x 136 features (about 1 GB of text)
-    python bench/letor_io.py --lines 200000
+    python -m bench.letor_io                 # 1,000,000 lines x 136 features (about 1 GB of text)
+    python -m bench.letor_io --lines 200000
 
 Columns: sklearn's ``load_svmlight_file`` alone (the reference), our ``read_letor`` without cache
 (sklearn + validation + densify), and ``read_letor`` from its binary cache.
@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine, timed
 from datamodules.letor_io import read_letor
 
 
@@ -45,12 +41,6 @@ def write_mslr_like(path: Path, lines: int, features: int = 136, seed: int = 0) 
                 if left == 0:
                     qid, left = qid + 1, rng.integers(30, 210)
             out.write("".join(rows))
-
-
-def timed(fn):
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
 
 
 def main() -> None:

@@ -1,17 +1,17 @@
 """Where each ranker stands on your LETOR files: our models next to LightGBM and XGBoost, trec_eval metrics.
 
-    python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt   # every model of ours
-    python bench/letor_peers.py --train train.txt --val vali.txt --test test.txt --models listnet lambdaloss
-    python bench/letor_peers.py --train train.txt --folds 5      # cross-validation inside one file
-    python bench/letor_peers.py --train train.txt --folds 5 --no-val --models rankboost listnet \\
+    python -m bench.letor_peers --train train.txt --val vali.txt --test test.txt   # every model of ours
+    python -m bench.letor_peers --train train.txt --val vali.txt --test test.txt --models listnet lambdaloss
+    python -m bench.letor_peers --train train.txt --folds 5      # cross-validation inside one file
+    python -m bench.letor_peers --train train.txt --folds 5 --no-val --models rankboost listnet \\
         --blends rankboost+listnet                                  # + an averaged pair of models
-    python bench/letor_peers.py --train T --test X --models lambdarank ranknet --peers lightgbm \\
+    python -m bench.letor_peers --train T --test X --models lambdarank ranknet --peers lightgbm \\
         --override model.scorer.hidden=[256,128] --seeds 0 1 2
-    python bench/letor_peers.py --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
+    python -m bench.letor_peers --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
         --peers lightgbm-defaults --json before.json          # then, after a change, the same folds:
-    python bench/letor_peers.py --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
+    python -m bench.letor_peers --train T --folds 5 --no-val --seeds 43 44 --models ranknet_listnet \
         --peers --against before.json --paired earlier:ranknet_listnet earlier:lightgbm-defaults
-    python bench/letor_peers.py --train T --folds 5 --no-val --models rankboost --plot peers.png   # + a bar chart
+    python -m bench.letor_peers --train T --folds 5 --no-val --models rankboost --plot peers.png   # + a bar chart
 
 Our models are trained as ``python train.py model=M data=letor data.train=... data.val=...
 data.test=...`` runs them (their defaults plus any ``--override``) and scored from the exported
@@ -40,7 +40,6 @@ import functools
 import json
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,10 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._ranklib import run_ranklib
-from bench._timing import machine
+from bench.ranklib import run_ranklib
+from bench.timing import machine
 from datamodules.letor_io import LetorData, read_letor, write_letor
 from rankers.plots import spread_bar_plot
 
@@ -187,7 +184,7 @@ def fit_xgboost(splits: Split, seed: int, *, early_stopping: bool = True):
 
 def fit_ranklib(splits: Split, seed: int, *, jar: str, ranker: int, options: list[str]) -> tuple[np.ndarray, float]:
     """RankLib trained on the training split, with ``-validate`` when there is a validation file
-    (without one, on every training query, as ``-train T -test X`` runs it); ``bench._ranklib``."""
+    (without one, on every training query, as ``-train T -test X`` runs it); ``bench.ranklib``."""
     with tempfile.TemporaryDirectory(prefix="ranklib-") as folder:
         paths = {name: Path(folder) / f"{name}.txt" for name in splits}
         for name, path in paths.items():

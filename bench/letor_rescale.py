@@ -12,7 +12,7 @@ larger (an identity shape at a_f -> 0). Tree learners (LightGBM, XGBoost) bin on
 the same data (up to float rounding); a ranker that reads the raw values, or z-scores them, does
 not. Every file of one set must use the same seed (the maps are drawn from it alone).
 
-    python bench/letor_rescale.py train_full.txt train_full_heavy.txt --seed 0
+    python -m bench.letor_rescale train_full.txt train_full_heavy.txt --seed 0
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """LinkLearn speed: training triples/s and indexing documents/s, distinct-value trick vs per-entry f.
 
-    python bench/linklearn.py                 # CPU, and CUDA when present
-    python bench/linklearn.py --articles 5000 --device cuda
+    python -m bench.linklearn                 # CPU, and CUDA when present
+    python -m bench.linklearn --articles 5000 --device cuda
 
 Ours evaluates each of the three MLPs once per distinct tf / idf / length value of the corpus and
 gathers by precomputed codes (``rankers.linklearn.entry_weights``); the reference evaluates f for every (document, term)
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import bz2
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,9 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine, sync
+from bench.timing import machine, sync
 from datamodules.synthetic_text import write_synthetic_dump
 from datamodules.wikipedia import MarkupStripper, WikipediaDataModule
 from rankers.linklearn.module import LinkLearnModule, weight_matrix

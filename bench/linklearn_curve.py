@@ -1,8 +1,8 @@
 """LinkLearn's learning curve: validation (each query kind) and held-out MAP / BM25 after every epoch.
 
-    python bench/linklearn_curve.py --dump DUMP.xml.bz2 --collection DIR [--collection DIR ...] \
+    python -m bench.linklearn_curve --dump DUMP.xml.bz2 --collection DIR [--collection DIR ...] \
         [--epochs 10] [--lr 0.001] [--regularization 1.0] [--cloze 1] [--margin 0.5] [--seed 0]
-    python bench/linklearn_curve.py --dump CORPUS_FOLDER --collection DIR ... --lr 0.003 --regularization 0.1 \
+    python -m bench.linklearn_curve --dump CORPUS_FOLDER --collection DIR ... --lr 0.003 --regularization 0.1 \
         [--max-tokens 200] [--negative-sampling degree] [--val-fraction 0.2] [--max-train-links 10000] \
         [--passes 3] [--eval-epochs 0,2] [--hard-negatives 2] [--cloze 1]
 
@@ -26,13 +26,10 @@ signal can be judged on validation alone and checked on self-made held-out sets
 from __future__ import annotations
 
 import argparse
-import sys
 import types
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datamodules.adhoc import read_collection
 from datamodules.wikipedia import WikipediaDataModule

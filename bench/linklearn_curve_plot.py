@@ -1,6 +1,6 @@
 """Draw LinkLearn's held-out learning curve from the table docs/linklearn.md reports it in.
 
-    python bench/linklearn_curve_plot.py [--doc docs/linklearn.md] [--png docs/img/linklearn_curve.png]
+    python -m bench.linklearn_curve_plot [--doc docs/linklearn.md] [--png docs/img/linklearn_curve.png]
 
 Reads the table whose header starts ``| training links | anchors |`` (the rows ``bench/linklearn_curve.py
 ... --val-fraction 0.2 --max-train-links N`` measured) and draws the classic-like mean and the mean
@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rankers.plots import curve_plot
 

@@ -1,6 +1,6 @@
 """Self-made held-out English ad-hoc collections from text on this machine (never public test collections).
 
-    python bench/linklearn_heldout.py OUT_DIR     # writes OUT_DIR/{man,manv,doc,docv}/{docs,queries,qrels}
+    python -m bench.linklearn_heldout OUT_DIR     # writes OUT_DIR/{man,manv,doc,docv}/{docs,queries,qrels}
 
 ``man``: the DESCRIPTION of each installed man page (first 250 words, gcloud pages left out: near
 duplicates) is a document; the NAME line's short description of 300 sampled pages is a query whose
@@ -341,7 +341,6 @@ def wikispeedia(src, out, *, fraction=0.2, n_queries=150, min_relevant=3, seed=0
     ``wsp_cat``: the documents sharing one of its most specific Wikispeedia subject categories
     (topical relevance, which training never sees).
     """
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from datamodules.wikipedia.folder import lead_of, split_wikispeedia_text
 
     src, out = Path(src), Path(out)

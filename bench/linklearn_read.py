@@ -1,8 +1,8 @@
 """Reading a linked-corpus folder: seconds for thousands of text files, against the floor of reading + tokenizing.
 
-    python bench/linklearn_read.py                                   # 5,000 synthetic Wikispeedia-layout files
-    python bench/linklearn_read.py --folder ../shared/data/wikispeedia
-    python bench/linklearn_read.py --articles 5000 --tokens 3000
+    python -m bench.linklearn_read                                   # 5,000 synthetic Wikispeedia-layout files
+    python -m bench.linklearn_read --folder ../shared/data/wikispeedia
+    python -m bench.linklearn_read --articles 5000 --tokens 3000
 
 Times ``datamodules.wikipedia.read_linked_folder`` (decode, cut the boilerplate, tokenize, count terms,
 titles, lead sentences and sentences, read and resolve the link list) next to the floor any reader
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,9 +22,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine
 from datamodules.synthetic_text import COMMON_WORDS
 from datamodules.wikipedia.folder import read_linked_folder
 from retrieval.terms import tokenize

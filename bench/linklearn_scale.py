@@ -1,8 +1,8 @@
 """LinkLearn at the paper's scale: parse, cache, index and one training epoch of a large synthetic dump.
 
-    python bench/linklearn_scale.py --articles 150000      # the paper's size (minutes on 2 cores)
-    python bench/linklearn_scale.py --articles 5000        # a quick look
-    python bench/linklearn_scale.py --articles 20000 --fit # + train.py's own fit (validation included)
+    python -m bench.linklearn_scale --articles 150000      # the paper's size (minutes on 2 cores)
+    python -m bench.linklearn_scale --articles 5000        # a quick look
+    python -m bench.linklearn_scale --articles 20000 --fit # + train.py's own fit (validation included)
 
 Prints, for a synthetic dump of N articles (``datamodules.synthetic_text.write_synthetic_dump``):
 the streaming parse (MB/s of XML next to a bare ``xml.etree.iterparse`` pass over the same file, the
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import resource
-import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -26,9 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine
 from datamodules.synthetic_text import write_synthetic_dump
 from datamodules.wikipedia import WikipediaDataModule
 from rankers.linklearn.module import LinkLearnModule

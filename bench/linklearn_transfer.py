@@ -1,8 +1,8 @@
 """LinkLearn vs its untrained start vs BM25 on collections the model never saw (Grangier & Bengio, Table 1).
 
-    python bench/linklearn_transfer.py --corpus ../shared/data/wikispeedia --collection DIR [--collection DIR ...]
-    python bench/linklearn_transfer.py --corpus CORPUS --collection DIR ... --train-links 1000,10000,30000,all
-    python bench/linklearn_transfer.py                     # a synthetic corpus and synthetic collections
+    python -m bench.linklearn_transfer --corpus ../shared/data/wikispeedia --collection DIR [--collection DIR ...]
+    python -m bench.linklearn_transfer --corpus CORPUS --collection DIR ... --train-links 1000,10000,30000,all
+    python -m bench.linklearn_transfer                     # a synthetic corpus and synthetic collections
 
 Runs the whole chain of ``python train.py model=linklearn data=linked_corpus data.path=CORPUS
 'data.adhoc_dir=[...]'`` (``rankers.pipeline.train``, the default config plus any overrides given
@@ -20,16 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine
 from datamodules.adhoc import read_collection
 from datamodules.synthetic_text import write_synthetic_collection, write_synthetic_linked_folder
 from rankers.pipeline import compose_config, train

@@ -12,10 +12,10 @@ allRank's LambdaRank keeps only pairs with both documents in the top 10 where ou
 at least one, its ListMLE breaks label ties at random, and its NeuralNDCG stops Sinkhorn at a
 tolerance, so there only the time compares.
 
-    python bench/losses.py                 # CPU, and CUDA when present
-    python bench/losses.py --device cpu --shapes 64x128 --allrank-site /work/peers/allrank
-    python bench/losses.py --device cpu --shapes 64x128 16x512 --losses "lambdarank (all pairs)" lambdarank@10
-    python bench/losses.py --device cpu --shapes 64x64 32x128 16x256 8x512 --losses lambdarank@10 --plot speed.png
+    python -m bench.losses                 # CPU, and CUDA when present
+    python -m bench.losses --device cpu --shapes 64x128 --allrank-site /work/peers/allrank
+    python -m bench.losses --device cpu --shapes 64x128 16x512 --losses "lambdarank (all pairs)" lambdarank@10
+    python -m bench.losses --device cpu --shapes 64x64 32x128 16x256 8x512 --losses lambdarank@10 --plot speed.png
 
 "fused ms" is ours with the fused kernel (RankNet, LambdaRank, LambdaLoss): ``kernels.lambdarank_cpu`` on CPU,
 ``kernels.lambdarank_triton`` on CUDA; the "ours ms" column is then the tensor path
@@ -36,9 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine, median_ms
+from bench.timing import machine, median_ms
 from losses import (
     approx_ndcg_loss,
     lambdaloss,

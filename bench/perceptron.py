@@ -1,8 +1,8 @@
 """Perceptron updates per second of PRankEnsemble's paths vs a straightforward one-run-at-a-time loop.
 
-    python bench/perceptron.py                      # CPU (and CUDA when present); d=6 and d=300
-    python bench/perceptron.py --device cuda        # GPU rows next to the CPU rows and the reference
-    python bench/perceptron.py --device cuda --runs 60 --dims 6 --sweep   # Table 1's OAP tensor, block sweep
+    python -m bench.perceptron                      # CPU (and CUDA when present); d=6 and d=300
+    python -m bench.perceptron --device cuda        # GPU rows next to the CPU rows and the reference
+    python -m bench.perceptron --device cuda --runs 60 --dims 6 --sweep   # Table 1's OAP tensor, block sweep
 
 Shape: R=20 runs x N=100 perceptrons x T=50,000 examples (Harrington's Table 1; the experiment runs
 all three tau as one R=60 tensor). Rows, each on the same data:
@@ -24,15 +24,11 @@ Rate = R * N * T / seconds ("perceptron updates", presented or not).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import device_seconds, machine
+from bench.timing import device_seconds, machine
 from kernels import prank_triton
 from rankers.perceptron import ensemble as perceptron
 from rankers.perceptron.ensemble import PRankEnsemble

@@ -17,7 +17,7 @@ normalized, their training CDF, or none) and pairs every row against the same ro
 No Lightning and no export: a grid of settings runs in minutes. ``--small`` swaps the splits (one
 fold trains, the others test). Example:
 
-    python bench/perceptron_cv.py --train train_full.txt --seeds 0 1 2 3 4 5 6 7 --bins 32 64 --scales 0.1 0.25
+    python -m bench.perceptron_cv --train train_full.txt --seeds 0 1 2 3 4 5 6 7 --bins 32 64 --scales 0.1 0.25
 """
 
 from __future__ import annotations
@@ -25,14 +25,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.committee_perceptron import query_pairs
 from bench.letor_peers import folds, trec_metrics

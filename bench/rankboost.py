@@ -1,10 +1,10 @@
 """RankBoost speed and quality: ours (RankBoost.B, O(n) potentials, all candidates as one tensor op)
 against a straightforward O(pairs) RankBoost measured in the same run, and RankLib when given.
 
-    python bench/rankboost.py --train /work/data/letor_a/train.txt --rounds 300 --device all
-    python bench/rankboost.py --train synthetic:100,400,136 --reference-rounds 10   # long lists
-    python bench/rankboost.py --train T.txt --test V.txt --ranklib-jar RankLib.jar   # + RankLib, if java
-    python bench/rankboost.py --exported RUN/export --test V.txt   # trec_eval ndcg_cut_10 of a train.py export
+    python -m bench.rankboost --train /work/data/letor_a/train.txt --rounds 300 --device all
+    python -m bench.rankboost --train synthetic:100,400,136 --reference-rounds 10   # long lists
+    python -m bench.rankboost --train T.txt --test V.txt --ranklib-jar RankLib.jar   # + RankLib, if java
+    python -m bench.rankboost --exported RUN/export --test V.txt   # trec_eval ndcg_cut_10 of a train.py export
 
 "reference" keeps D over every crucial pair explicitly (a ``[P]`` tensor, as RankLib's ``sweight``),
 computes the potentials by scattering D over pairs, r of every (feature, threshold) candidate as one
@@ -12,7 +12,7 @@ computes the potentials by scattering D over pairs, r of every (feature, thresho
 so their first rounds must choose the same weak rankers (checked before timing). Ours is
 ``rankers.boosting.rankboost``. Figures: seconds per round (median over the timed rounds, device-synced) and
 total fit seconds (data layout + rounds). RankLib is timed as a whole ``java -jar`` process with
-``-ranker 2 -round R -tc T`` (``bench._ranklib``), and its saved ensemble is compared with ours fitted
+``-ranker 2 -round R -tc T`` (``bench.ranklib``), and its saved ensemble is compared with ours fitted
 with model=rankboost's RankLib defaults: the largest score difference on the training documents and
 the rounds that chose another feature.
 """
@@ -23,7 +23,6 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,10 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._ranklib import rankboost_ensemble, run_ranklib
-from bench._timing import sync
+from bench.ranklib import rankboost_ensemble, run_ranklib
+from bench.timing import each_seconds, sync
 from datamodules.letor_io import read_letor
 from rankers.boosting.rankboost import RankBoostLearner, choose_alpha, fit_rankboost, prepare
 
@@ -87,17 +84,6 @@ class PairwiseReference:
         return feature, float(self.thresholds[feature, j]), alpha
 
 
-def time_rounds(step, rounds: int, device: torch.device) -> list[float]:
-    times = []
-    for _ in range(rounds):
-        sync(device)
-        start = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def bench_device(args: argparse.Namespace, device: torch.device) -> None:
     features, labels, query = load(args.train, device)
     n, f = features.shape
@@ -107,7 +93,7 @@ def bench_device(args: argparse.Namespace, device: torch.device) -> None:
     learner = RankBoostLearner(data, alpha="approx", allow_negative=False)  # model=rankboost's defaults
     sync(device)
     layout = time.perf_counter() - start
-    ours_rounds = time_rounds(learner.round, args.rounds, device)
+    ours_rounds = each_seconds(learner.round, args.rounds, device)
     ours_total = layout + sum(ours_rounds)
     print(
         f"{device.type}: {n} documents, {data.n_queries} queries, {data.n_pairs} crucial pairs, "
@@ -127,7 +113,7 @@ def bench_device(args: argparse.Namespace, device: torch.device) -> None:
             raise SystemExit(f"round {t + 1}: ours {mine['feature']}, {float(mine['alpha'])} != reference {theirs}")
     reference = PairwiseReference(features, labels, query, finite)
     ref_count = min(args.rounds, args.reference_rounds)
-    ref_rounds = time_rounds(reference.round, ref_count, device)
+    ref_rounds = each_seconds(reference.round, ref_count, device)
     ref_per_round = statistics.median(ref_rounds)
     ref_total = ref_layout + ref_per_round * args.rounds  # extrapolated when fewer rounds were timed
     ours_per_round = statistics.median(ours_rounds)

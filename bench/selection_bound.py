@@ -8,19 +8,15 @@ ranker on every training query and one per fold (``--folds``), and computes the 
 on ``--truth-queries`` (20,000) fresh queries. Printed: how often the true risk stays below the
 bound (the coverage, at least 1 - delta required), the mean bound, true risk, slack, and its parts.
 
-    python bench/selection_bound.py --repeats 200 --queries 300 --unlabeled 300
+    python -m bench.selection_bound --repeats 200 --queries 300 --unlabeled 300
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rankers.selection.bound import (
     BoundParts,

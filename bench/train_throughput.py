@@ -1,8 +1,8 @@
 """LambdaRank training throughput on MSLR-WEB30K-shaped data: DataLoader vs device-resident vs gpu_fast.
 
-    python bench/train_throughput.py                      # CPU, and CUDA when present
-    python bench/train_throughput.py --device cuda        # CUDA rows next to the CPU rows
-    python bench/train_throughput.py --device cpu --batches 60 --queries 4000
+    python -m bench.train_throughput                      # CPU, and CUDA when present
+    python -m bench.train_throughput --device cuda        # CUDA rows next to the CPU rows
+    python -m bench.train_throughput --device cpu --batches 60 --queries 4000
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
 labels 0-4, made in memory (no text round trip). Model: MLP 136-256-128-64-1 with LambdaRank@10 and
@@ -23,18 +23,14 @@ host and GPU together) and name the GPU.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine, sync
+from bench.timing import machine, sync
 from datamodules.letor import LetorDataModule
 from datamodules.letor_io import LetorData
 from losses import lambdarank_loss

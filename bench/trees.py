@@ -1,34 +1,21 @@
 """The random forest's cost: growing it (scikit-learn, threads) and scoring with the tensorized trees
 against scikit-learn's own ``predict`` on the same trees, measured in the same run.
 
-    python bench/trees.py --train train.txt --test test.txt
-    python bench/trees.py --train train.txt --test test.txt --trees 300 --jobs 1 2 --repeat 5
+    python -m bench.trees --train train.txt --test test.txt
+    python -m bench.trees --train train.txt --test test.txt --trees 300 --jobs 1 2 --repeat 5
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import best_seconds, machine
 from datamodules.letor_io import read_letor
 from rankers.trees.forest import TreeEnsembleScorer, fit_forest, forest_scores_numpy, pack_trees
-
-
-def best_of(repeat: int, work) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,9 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.from_numpy(test.features)
     with torch.no_grad():
         ours = scorer(x).numpy()
-        tensor_s = best_of(args.repeat, lambda: scorer(x))
+        tensor_s = best_seconds(lambda: scorer(x), args.repeat)
     reference = forest_scores_numpy(trees, test.features)
-    sklearn_s = best_of(args.repeat, lambda: forest_scores_numpy(trees, test.features))
+    sklearn_s = best_seconds(lambda: forest_scores_numpy(trees, test.features), args.repeat)
     n = len(test.labels)
     print(f"depth {arrays.depth}; max |tensor - sklearn| = {np.abs(ours - reference).max():.2e}")
     print(f"score, tensorized trees: {n / tensor_s:,.0f} documents/s ({tensor_s * 1e3:.1f} ms)")

@@ -146,7 +146,7 @@ def _parse(path: Path, zero_based: bool, max_dense_bytes: int | None, max_featur
 
     if path.stat().st_size == 0:
         raise LetorFormatError(f"{path}: empty file")
-    with _parser_input(path) as source:
+    with parser_input(path) as source:
         try:
             matrix, labels, qids = load_svmlight_file(
                 str(source), query_id=True, zero_based=zero_based, dtype=np.float32
@@ -174,7 +174,7 @@ def _stream_error(path: Path, error: BaseException) -> LetorFormatError:
 
 
 @contextlib.contextmanager
-def _parser_input(path: Path) -> Iterator[Path]:
+def parser_input(path: Path) -> Iterator[Path]:
     """The file sklearn should parse: ``path`` itself, or a temporary copy with the same lines when
     ``path`` has a lone ``\r`` line end or a UTF-8 byte-order mark (see the module docstring)."""
     if not _needs_normalizing(path):

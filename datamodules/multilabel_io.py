@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from datamodules.errors import DataError
-from datamodules.letor_io import _parser_input
+from datamodules.letor_io import parser_input
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def read_svmlight_multilabel(
     path = Path(path)
     try:
         # a lone \r ends a line here as in the LETOR reader (sklearn splits on \n only and would join them)
-        with _parser_input(path) as source:
+        with parser_input(path) as source:
             x, y = load_svmlight_file(str(source), multilabel=True, n_features=n_features, zero_based=False)
     except (ValueError, OSError) as error:
         raise MultilabelFormatError(f"{path}:{_svmlight_bad_line(path)}: not SVMlight multilabel: {error}") from None

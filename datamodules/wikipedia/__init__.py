@@ -14,7 +14,8 @@ epoch; ``folder`` reads corpora whose links are not inline (Wikispeedia's layout
     python train.py model=linklearn data=linked_corpus data.path=../shared/data/wikispeedia
 """
 
-from datamodules.wikipedia.corpus import LinkedCorpus, lead_sentence, load_or_parse, parse_dump, resolve_links
+from datamodules.wikipedia.cache import load_or_parse
+from datamodules.wikipedia.corpus import LinkedCorpus, lead_sentence, parse_dump, resolve_links
 from datamodules.wikipedia.datamodule import LinkedCorpusDataModule, WikipediaDataModule
 from datamodules.wikipedia.dump import Page, WikipediaFormatError, iter_pages
 from datamodules.wikipedia.folder import LinkedCorpusFormatError, read_linked_folder

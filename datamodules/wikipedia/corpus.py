@@ -8,22 +8,16 @@ Links are resolved through redirects (up to 5 hops) into an undirected graph bet
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from datamodules.atomic import atomic_path
 from datamodules.wikipedia.dump import WikipediaFormatError, iter_pages
 from datamodules.wikipedia.markup import MarkupStripper, normalize_title
-from retrieval.terms import TOKENIZER, Corpus, CorpusBuilder, load_corpus, save_corpus, tokenize
-
-log = logging.getLogger(__name__)
+from retrieval.terms import Corpus, CorpusBuilder, tokenize
 
 CACHE_VERSION = 4
 SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
@@ -155,76 +149,4 @@ def resolve_links(
     return edges, counts
 
 
-def load_or_parse(
-    path: str | Path, cache_dir: str | Path | None, *, max_articles: int | None = None, max_tokens: int | None = None
-) -> LinkedCorpus:
-    """A dump (``parse_dump``) or a linked-corpus folder (``folder.read_linked_folder``), with a cache
-    keyed by the path, the size and mtime of the file (of every file of the folder), the parse options
-    and the tokenizer."""
-    # imported here: the folder reader builds on this module's LinkedCorpus
-    from datamodules.wikipedia.folder import folder_key, read_linked_folder
-
-    path = Path(path)
-    is_folder = path.is_dir()
-    if cache_dir is None:
-        return (
-            read_linked_folder(path, max_articles=max_articles, max_tokens=max_tokens)
-            if is_folder
-            else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
-        )
-    if is_folder:
-        identity = folder_key(path)
-    elif path.is_file():
-        stat = path.stat()
-        identity = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
-    else:
-        raise WikipediaFormatError(f"{path}: no such file or folder")
-    key = json.dumps([identity, max_articles, max_tokens, CACHE_VERSION, TOKENIZER])
-    cached = Path(cache_dir) / f"{path.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
-    if cached.exists():
-        return _load(cached)
-    linked = (
-        read_linked_folder(path, max_articles=max_articles, max_tokens=max_tokens)
-        if is_folder
-        else parse_dump(path, max_articles=max_articles, max_tokens=max_tokens)
-    )
-    extra = {"edges": linked.edges, "statistics": np.frombuffer(json.dumps(linked.statistics).encode(), np.uint8)}
-    extra["names"] = np.frombuffer("\n".join(linked.names).encode(), np.uint8)
-    extra["sentence_owner"] = linked.sentence_owner
-    for name, queries in (("titles", linked.titles), ("leads", linked.leads), ("sentences", linked.sentences)):
-        extra.update({f"{name}_offsets": queries.offsets, f"{name}_term_ids": queries.term_ids})
-        extra.update({f"{name}_tfs": queries.tfs, f"{name}_lengths": queries.lengths})
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(cached) as partial:  # a killed run or a second process sees no half-written cache
-            save_corpus(partial, linked.corpus, **extra)
-    except OSError as error:  # a full disk or read-only cache costs the next run a parse, not this run
-        log.warning("cannot write the corpus cache %s: %s; continuing without it", cached, error.strerror or error)
-    return linked
-
-
-def _load(cached: Path) -> LinkedCorpus:
-    corpus, extra = load_corpus(cached)
-    queries = {
-        name: Corpus(
-            extra[f"{name}_offsets"],
-            extra[f"{name}_term_ids"],
-            extra[f"{name}_tfs"],
-            extra[f"{name}_lengths"],
-            corpus.vocabulary,
-        )
-        for name in ("titles", "leads", "sentences")
-    }
-    return LinkedCorpus(
-        corpus,
-        queries["titles"],
-        queries["leads"],
-        extra["names"].tobytes().decode().split("\n"),
-        extra["edges"],
-        json.loads(extra["statistics"].tobytes().decode()),
-        queries["sentences"],
-        extra["sentence_owner"],
-    )
-
-
-__all__ = ["LinkedCorpus", "lead_sentence", "load_or_parse", "parse_dump", "resolve_links", "sentences"]
+__all__ = ["LinkedCorpus", "lead_sentence", "parse_dump", "resolve_links", "sentences"]

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from datamodules.adhoc import Collection, read_collection
-from datamodules.wikipedia.corpus import load_or_parse
+from datamodules.wikipedia.cache import load_or_parse
 from datamodules.wikipedia.dump import WikipediaFormatError
 from datamodules.wikipedia.sampling import NEGATIVE_SAMPLING, LinkExamples
 from datamodules.wikipedia.task import QUERY_KINDS, LinkTask, build_task, hard_negatives, limit_training_links

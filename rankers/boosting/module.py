@@ -50,11 +50,9 @@ class RankBoostModule(Learner):
         n_features, normalizer: from ``datamodule.model_inputs()``.
         normalize: threshold the normalized features (the datamodule's ``normalization``) or the raw
             values (False, RankLib's way and ``model=rankboost``'s default). A global z-score changes
-            no ranker, only float rounding; ``query_zscore`` changes the features themselves. True
-            here so that checkpoints saved before the option existed load as they were trained.
-        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it
-            (``conf/data/letor.yaml``), so ``model=rankboost`` trains on every query when no
-            validation file is given, as RankLib does.
+            no ranker, only float rounding; ``query_zscore`` changes the features themselves. A
+            checkpoint saved before the option existed (before 2026-11-23) was trained on normalized
+            features: load it with ``load_from_checkpoint(path, normalize=True)``.
         rounds: the most boosting rounds; rounds_per_epoch: rounds per chunk (one host sync, one
             validation curve, a safe point to stop at).
         thresholds, threshold_kind: candidate thresholds per feature (``quantile`` or ``uniform``).
@@ -81,8 +79,7 @@ class RankBoostModule(Learner):
         *,
         n_features: int,
         normalizer: FeatureNormalizer | None = None,
-        normalize: bool = True,
-        val_fraction: float = 0.0,
+        normalize: bool = False,
         rounds: int = 300,
         rounds_per_epoch: int = 50,
         thresholds: int = 10,

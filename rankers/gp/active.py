@@ -28,9 +28,9 @@ from torch import Tensor
 
 from rankers.gp.preference import (
     LaplaceState,
-    _cols,
     difference_rows,
     fit,
+    gather_columns,
     inverse_mills,
     lower_solve,
     predict_pairs,
@@ -86,7 +86,7 @@ def expected_entropy_gain_all(
     v_all = lower_solve(state.chol, sw * rows)  # [T, K, n]
     diag = torch.diagonal(prior, dim1=-2, dim2=-1)
     a_diag = (diag - (v_all * v_all).sum(-2)).clamp_min(torch.finfo(prior.dtype).tiny)  # [T, n]
-    v_cand = _cols(v_all, cand_v) - _cols(v_all, cand_u)  # [T, K, P]
+    v_cand = gather_columns(v_all, cand_v) - gather_columns(v_all, cand_u)  # [T, K, P]
     cand_rows = difference_rows(prior, cand_v, cand_u)  # D_c K: [T, P, n]
     column_diff = cand_rows - v_cand.transpose(-1, -2) @ v_all  # A_{., v} - A_{., u}: [T, P, n]
     mu, s2, _ = predict_pairs(state, prior, v, u, cand_v, cand_u, sigma)

@@ -104,7 +104,7 @@ class GPPreferenceModule(Learner):
         gain: str = "exp2",
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
-        cpu_threads: int | None = None,
+        cpu_threads: int | None = 1,
     ) -> None:
         super().__init__(ks=ks, gain=gain, empty=empty, monitor=monitor)
         self.save_hyperparameters(ignore=["normalizer"])

@@ -60,7 +60,7 @@ IndefiniteKernelError = NotPositiveDefiniteError
 def log1mexp(x: Tensor) -> Tensor:
     """``log(1 - exp(x))`` for ``x <= 0``, accurate at both ends (Maechler 2012).
 
-    Example:
+    Examples:
         >>> [f"{v:.6g}" for v in log1mexp(torch.tensor([-1e-10, -1.0, -50.0], dtype=torch.float64)).tolist()]
         ['-23.0259', '-0.458675', '-1.92875e-22']
     """

@@ -115,14 +115,14 @@ def pair_gram(prior: Tensor, v: Tensor, u: Tensor, mask: Tensor | None = None) -
                 [-1.,  2.]])
     """
     rows = difference_rows(prior, v, u)  # [T, K, n]
-    s = _cols(rows, v) - _cols(rows, u)
+    s = gather_columns(rows, v) - gather_columns(rows, u)
     if mask is not None:
         keep = (mask[..., :, None] & mask[..., None, :]).to(s.dtype)
         s = s * keep
     return s
 
 
-def _cols(matrix: Tensor, index: Tensor) -> Tensor:
+def gather_columns(matrix: Tensor, index: Tensor) -> Tensor:
     """``matrix[..., :, index]`` per task: ``[T, K, n]`` with ``index [T, K']`` -> ``[T, K, K']``."""
     if matrix.dim() == 2:
         return matrix[:, index]
@@ -419,7 +419,7 @@ def predict_pairs(
         ``(mu [T, P], s2 [T, P], p [T, P])``.
     """
     rows = difference_rows(prior, v, u)  # [T, K, n]
-    d_rows = _cols(rows, cand_v) - _cols(rows, cand_u)  # D K D_c^T: [T, K, P]
+    d_rows = gather_columns(rows, cand_v) - gather_columns(rows, cand_u)  # D K D_c^T: [T, K, P]
     mu = (state.a[..., None] * d_rows).sum(-2)
     factor = lower_solve(state.chol, state.w.sqrt()[..., None] * d_rows)
     prior_var = _entries(prior, cand_v, cand_v) + _entries(prior, cand_u, cand_u) - 2 * _entries(prior, cand_v, cand_u)

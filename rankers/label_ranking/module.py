@@ -187,9 +187,9 @@ class CalibratedLabelRanker(LabelLearner):
         bias: bool = True,
         seed: int = 0,
         share: float | str = "cv",
-        shares: list[float] | None = None,
+        shares: tuple[float, ...] = DEFAULT_SHARES,
         C: float | str = "cv",
-        Cs: list[float] | None = None,
+        Cs: tuple[float, ...] = DEFAULT_CS,
         cv_folds: int = 3,
         monitor: str = "val/ranking_loss",
     ) -> None:

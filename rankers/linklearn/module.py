@@ -75,10 +75,10 @@ class LinkLearnModule(PassLimit, pl.LightningModule):
         b: float = 0.75,
         idf_power: float = 0.75,
         margin: float = 0.5,
-        regularization: float = 100.0,
+        regularization: float = 0.1,
         optimizer: Any = None,
         monitor: str = "val/map",
-        epochs: int = 10,
+        epochs: int = 2,
         validation: tuple[str, ...] | list[str] = ("document", "title", "lead"),
     ) -> None:
         super().__init__()

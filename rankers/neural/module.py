@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytorch_lightning as pl
@@ -79,6 +80,10 @@ def _compiled(fn: Callable[..., Tensor], mode: bool | str, backend: str) -> Call
     return torch.compile(fn, **options)
 
 
+# train.py's epoch-count cross-validation (epochs_without_validation=cv): K folds, at most this many epochs
+EPOCH_SELECTION = MappingProxyType({"folds": 3, "max_epochs": 20})
+
+
 class RankerModule(PassLimit, pl.LightningModule):
     """Scores documents with ``normalizer`` then ``scorer`` and trains on a loss from ``losses/``.
 
@@ -104,16 +109,12 @@ class RankerModule(PassLimit, pl.LightningModule):
         step_loss_in_progress_bar: show each step's loss in the progress bar. Lightning reads
             progress-bar values back after every batch, a device sync on a GPU; None (default):
             only when training on CPU, where reading is free. The epoch's mean loss is always shown.
-        input_map: not used by the module: the LETOR datamodule's ``feature_map`` follows it (the
-            map then arrives inside ``normalizer``).
-        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` (the training
-            queries held out for validation when no validation file is given) follows it.
         epochs_without_validation: when the run has no validation split (no file and
             ``val_fraction=0``), stop after this many epochs (None: ``trainer.max_epochs``); with a
             validation split early stopping decides, as always. ``"cv"``: ``train.py`` chooses the
             count by K-fold cross-validation on the training queries before the fit
             (``rankers.epoch_selection``) and passes the integer.
-        epoch_selection: not used by the module: ``train.py``'s options for ``"cv"`` (``folds``,
+        epoch_selection: read by ``train.py``, not the module: its options for ``"cv"`` (``folds``,
             ``max_epochs``).
 
     The training step never reads a value back from the device: the running loss is a tensor
@@ -137,10 +138,8 @@ class RankerModule(PassLimit, pl.LightningModule):
         compile: bool | str = False,
         compile_backend: str = "inductor",
         step_loss_in_progress_bar: bool | None = None,
-        input_map: str = "none",
-        val_fraction: float | None = None,
         epochs_without_validation: int | str | None = None,
-        epoch_selection: dict[str, int] | None = None,
+        epoch_selection: Mapping[str, int] | None = EPOCH_SELECTION,
     ) -> None:
         super().__init__()
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only

@@ -80,8 +80,8 @@ class PairwisePerceptronModule(Learner):
         raw_columns: the thresholds map's first F columns: ``features`` (the normalized features) or
             ``cdf`` (``datamodules.feature_maps.QuantileCDF``: each feature's training CDF, bounded
             and unmoved by increasing maps of the feature); with ``feature_map=none`` the features
-            are read as given.
-        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it.
+            are read as given. A checkpoint saved before the option existed (before 2026-11-24) used
+            ``features``: load it with ``load_from_checkpoint(path, raw_columns="features")``.
         include_current: offer the running hypothesis to the committee at read-out time.
         max_hypotheses: the voted perceptron's capacity (its committee size).
         ks, gain, empty, monitor: as ``rankers.RankerModule``.
@@ -94,7 +94,7 @@ class PairwisePerceptronModule(Learner):
 
     def __init__(
         self,
-        variant: str = "committee",
+        variant: str = "plain",
         *,
         n_features: int,
         normalizer: FeatureNormalizer | None = None,
@@ -102,13 +102,12 @@ class PairwisePerceptronModule(Learner):
         combine: str = "weight",
         n_runs: int = 1,
         pool_runs: bool = False,
-        epochs: int = 20,
+        epochs: int = 1,
         query_balance: bool = True,
-        feature_map: str = "none",
+        feature_map: str = "thresholds",
         bins: int = 32,
         threshold_scale: float = 0.25,
-        raw_columns: str = "features",
-        val_fraction: float = 0.0,
+        raw_columns: str = "cdf",
         include_current: bool = True,
         max_hypotheses: int = 4096,
         seed: int = 0,

@@ -41,8 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from datamodules.ratings import RatingsProtocol, RatingTrials
 from rankers.outputs import write_results, write_text
-from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff
-from rankers.perceptron.ensemble import _round_rank as round_rank
+from rankers.perceptron.ensemble import PRankEnsemble, WidrowHoff, round_rank
 from rankers.perceptron.harrington import NO_INTERVAL, mean_and_interval, rank_losses, student_t_interval
 from rankers.plots import paper_table_plot
 

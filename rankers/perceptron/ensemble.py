@@ -379,10 +379,10 @@ class PRankEnsemble(nn.Module):
         ``each [R, N, t]`` made before each update: the same rule as ``predict`` at every round, with
         VP's votes counted up to (not including) that round."""
         if combine == "bagg":
-            return _round_rank(_mean_vote(each, None), self.k)
+            return round_rank(_mean_vote(each, None), self.k)
         right = (presented.permute(1, 2, 0) & (each == labels[:, None, :])).long()  # [R, N, t]
         votes = correct_before.unsqueeze(-1) + (right.cumsum(-1) - right).to(correct_before.dtype)
-        return _round_rank(_mean_vote(each, votes), self.k)
+        return round_rank(_mean_vote(each, votes), self.k)
 
     def _combined_now(self, x: Tensor, combine: Combine) -> Tensor:
         """The combined rule's rank of ``x [R, 1, d]`` under the current state, ``[R]``."""
@@ -454,7 +454,7 @@ class PRankEnsemble(nn.Module):
         if combine == "each":
             return self._each(features, self.weights, self.thresholds)  # [R, N, n]
         if combine in ("bagg", "vp", "voted"):
-            return _round_rank(self.mean_rank(features, combine), self.k)
+            return round_rank(self.mean_rank(features, combine), self.k)
         raise ValueError(f"combine must be bpm, bagg, vp, voted or each; got {combine!r}")
 
     def mean_rank(self, features: Tensor, combine: Combine = "bagg", *, each: Tensor | None = None) -> Tensor:
@@ -557,7 +557,7 @@ def _mean_vote(each: Tensor, votes: Tensor | None) -> Tensor:
     return (each.double() * votes).sum(1) / votes.sum(1)
 
 
-def _round_rank(value: Tensor, k: int) -> Tensor:
+def round_rank(value: Tensor, k: int) -> Tensor:
     """Nearest rank in ``0..k-1`` (halves round up)."""
     return torch.floor(value + 0.5).clamp(0, k - 1).long()
 
@@ -611,7 +611,7 @@ class WidrowHoff(nn.Module):
             x = features[:, t].unsqueeze(1)  # [R, 1, d]
             estimate = (self.weights * x).sum(-1)  # [R, E]
             if predictions is not None:
-                predictions[:, :, t] = _round_rank(estimate, self.k)
+                predictions[:, :, t] = round_rank(estimate, self.k)
             self.weights.addcmul_((self.eta * (targets[:, t, None] - estimate)).unsqueeze(-1), x)
         return predictions
 
@@ -631,4 +631,4 @@ class WidrowHoff(nn.Module):
 
     def predict(self, features: Tensor) -> Tensor:
         """Ranks ``[R, E, n]`` for ``features [R, n, d]``."""
-        return _round_rank(self.scores(features), self.k)
+        return round_rank(self.scores(features), self.k)

@@ -38,6 +38,7 @@ import pytorch_lightning as pl
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
@@ -117,9 +118,24 @@ def _quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _compose_model(candidate: Candidate) -> DictConfig:
-    """The ``model`` node ``train.py model=<name> <overrides>`` would compose."""
-    overrides = [f"model={candidate.name}", *candidate.overrides]
+# the data options a model's config sets (conf/data_model/<data>/<model>.yaml) that follow the candidate
+MODEL_DATA_KEYS = ("feature_map", "raw_columns", "val_fraction", "gain")
+
+
+def _run_data_overrides() -> list[str]:
+    """This run's data choice and ``data.*`` overrides, so a candidate composes the same data."""
+    if not HydraConfig.initialized():
+        return []
+    hydra_cfg = HydraConfig.get()
+    choice = hydra_cfg.runtime.choices.get("data")
+    own = [o for o in hydra_cfg.overrides.task if o.lstrip("+~").startswith("data.")]
+    return [*([f"data={choice}"] if choice else []), *own]
+
+
+def compose_candidate(candidate: Candidate) -> tuple[DictConfig, dict[str, Any]]:
+    """The ``model`` node ``train.py model=<name> <overrides>`` would compose, and the data options
+    (``MODEL_DATA_KEYS``) that run would read its data with."""
+    overrides = [*_run_data_overrides(), f"model={candidate.name}", *candidate.overrides]
     if GlobalHydra.instance().is_initialized():  # inside train.py's Hydra app
         composed = compose("config", overrides=overrides)
     else:  # tests and benchmarks (rankers.pipeline.compose_config leaves Hydra uninitialized)
@@ -127,15 +143,21 @@ def _compose_model(candidate: Candidate) -> DictConfig:
             composed = compose("config", overrides=overrides)
     if "entry" in composed and composed.entry != "rankers.pipeline.train":
         raise ValueError(f"candidate {candidate.label!r} is not a model train.py fits directly ({composed.entry})")
-    return composed.model
+    data = {key: composed.data[key] for key in MODEL_DATA_KEYS if key in composed.data}
+    return composed.model, data
 
 
-def candidate_config(cfg: DictConfig, model: DictConfig, output_dir: Path, *, quiet: bool) -> DictConfig:
-    """The run's config with ``model`` in place of auto's: the data's model-dependent options (input
-    map, validation share, gain) follow the candidate, as under ``train.py model=<candidate>``."""
+def candidate_config(
+    cfg: DictConfig, model: DictConfig, output_dir: Path, *, quiet: bool, data: dict[str, Any] | None = None
+) -> DictConfig:
+    """The run's config with ``model`` in place of auto's and ``data`` (the candidate's data options:
+    input map, validation share, gain) over the run's, as under ``train.py model=<candidate>``."""
     out = copy.deepcopy(cfg)
     with open_dict(out):
         out.model = copy.deepcopy(model)
+        for key, value in (data or {}).items():
+            if key in out.data:
+                out.data[key] = value
         out.paths.output_dir = str(output_dir)
         out.entry = "rankers.pipeline.train"
         out.ckpt_path = None
@@ -280,8 +302,8 @@ def _unlabeled_sample(cfg: DictConfig, splits: dict[str, LetorData]) -> tuple[Le
 class _CandidateRun:
     """One candidate's cross-validation: its config, its folds' figures and fold scores."""
 
-    def __init__(self, candidate: Candidate, model: DictConfig) -> None:
-        self.candidate, self.model = candidate, model
+    def __init__(self, candidate: Candidate, model: DictConfig, data: dict[str, Any]) -> None:
+        self.candidate, self.model, self.data = candidate, model, data
         self.result = CandidateResult(candidate.label)
         self.unlabeled_scores: list[np.ndarray] = []
         self.held_out_risks: list[torch.Tensor] = []
@@ -303,7 +325,7 @@ def _fit_fold(
     """Fit one candidate on one fold's training part and record its held-out figures."""
     fit_part, held_out = parts
     out = workdir / f"{run.label.split()[0]}-{len(run.result.fold_scores)}-fold{fold}"
-    fold_cfg = candidate_config(cfg, run.model, out, quiet=True)
+    fold_cfg = candidate_config(cfg, run.model, out, quiet=True, data=run.data)
     start = time.perf_counter()
     with _quiet():
         pl.seed_everything(int(cfg.seed), workers=True)
@@ -341,7 +363,7 @@ def cross_validate(
     candidates = [parse_candidate(text) for text in options.candidates]
     if len({c.label for c in candidates}) != len(candidates):
         raise ValueError(f"model.candidates repeats an entry: {list(options.candidates)}")
-    runs = [_CandidateRun(c, _compose_model(c)) for c in candidates]
+    runs = [_CandidateRun(c, *compose_candidate(c)) for c in candidates]
     progress = tqdm(total=folds * len(runs), desc="model=auto: folds x candidates", unit="fit", leave=True)
 
     def attempt(run: _CandidateRun, fold: int, limit: float) -> bool:
@@ -448,7 +470,7 @@ def train_auto(cfg: DictConfig) -> dict[str, Any]:
     print(f"\nmodel=auto: {int(options.folds)}-fold CV on {train.num_queries} training queries\n{table}\n", flush=True)
     log.info("model=auto chose %s", winner.label)
 
-    refit_cfg = candidate_config(cfg, winner.model, out, quiet=False)
+    refit_cfg = candidate_config(cfg, winner.model, out, quiet=False, data=winner.data)
     pl.seed_everything(int(cfg.seed), workers=True)
     refit_data = instantiate(refit_cfg.data)
     refit_data.prepare_data()

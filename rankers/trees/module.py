@@ -38,9 +38,6 @@ class RandomForestModule(Learner):
 
     Args:
         n_features: from ``datamodule.model_inputs()`` (the normalizer is accepted and not used).
-        val_fraction: not used by the module: the LETOR datamodule's ``val_fraction`` follows it
-            (``conf/data/letor.yaml``); 0 trains on every training query, as RankLib does without
-            ``-validate`` (a forest has nothing to stop early).
         n_trees, sample_rate, feature_rate, max_leaves, min_leaf, bootstrap, splitter: see
             ``rankers.trees.forest.fit_forest``.
         seed: draws the bags and the features tried at each split.
@@ -57,7 +54,6 @@ class RandomForestModule(Learner):
         *,
         n_features: int,
         normalizer: FeatureNormalizer | None = None,
-        val_fraction: float = 0.0,
         n_trees: int = 300,
         sample_rate: float = 1.0,
         feature_rate: float = 0.3,

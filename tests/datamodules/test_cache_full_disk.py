@@ -10,7 +10,7 @@ import numpy as np
 import datamodules.letor_io
 from datamodules.letor_io import read_letor
 from datamodules.synthetic_text import write_synthetic_dump
-from datamodules.wikipedia import corpus
+from datamodules.wikipedia import cache as corpus
 
 ENOSPC = OSError(28, "No space left on device")
 

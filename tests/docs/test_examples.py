@@ -2,7 +2,7 @@
 
 - each ``python train.py ...`` line composes into a config (in-process, as ``--cfg job`` would):
   every config group, key and override it names exists; sweeps (``-m a,b``) compose each value;
-- each ``python bench/X.py`` / ``python -m rankers.score`` line names a script that exists and
+- each ``python -m bench.X`` / ``python -m rankers.score`` line names a script that exists and
   options its ``--help`` lists;
 - each ```python block runs, in a folder where ``OUT`` is a finished (tiny) run.
 

@@ -34,8 +34,8 @@ def test_the_running_best_follows_the_direction(make_cfg):
 
 
 def test_the_gain_has_one_source(make_cfg):
-    cfg = make_cfg("model=lambdarank", "model.gain=linear", tiny=False)
-    assert cfg.model.loss.gain == "linear" and cfg.data.gain == "linear"
+    cfg = make_cfg("model=lambdarank", "data.gain=linear", tiny=False)
+    assert cfg.model.loss.gain == cfg.model.gain == cfg.data.gain == "linear"
 
 
 @pytest.mark.parametrize("model", ONLINE)

@@ -15,7 +15,7 @@ import torch
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from bench._ranklib import rankboost_ensemble, run_ranklib
+from bench.ranklib import rankboost_ensemble, run_ranklib
 from datamodules.letor_io import LetorData, write_letor
 from datamodules.normalization import FeatureNormalizer
 from rankers.boosting.module import RankBoostModule

@@ -12,8 +12,8 @@ import torch
 from scipy import integrate
 from scipy.stats import norm
 
+from experiments.chu2005 import sample_pairs
 from rankers.gp import active, fit, rbf
-from rankers.gp.chu2005 import sample_pairs
 from rankers.gp.preference import scatter_pairs
 
 F64 = torch.float64

@@ -184,7 +184,7 @@ def test_pair_stream_keeps_only_real_documents_and_the_same_pairs():
 def test_pooled_runs_vote_with_every_member_of_their_committee_size(combine):
     generator = torch.Generator().manual_seed(5)
     module = PairwisePerceptronModule(
-        "committee", n_features=5, committee_size=[2, 4], n_runs=3, pool_runs=True, combine=combine
+        "committee", n_features=5, committee_size=[2, 4], n_runs=3, pool_runs=True, combine=combine, feature_map="none"
     )
     features = torch.randn(40, 5, generator=generator)
     labels = torch.randint(0, 3, (5, 8), generator=generator).float()

@@ -93,7 +93,7 @@ def test_every_candidate_is_scored_on_the_same_seeded_folds(make_cfg, letor_file
 
 def test_the_budget_drops_the_slowest_candidates_after_their_first_fold(make_cfg, letor_files, monkeypatch, tmp_path):
     cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[a,b,c]")
-    monkeypatch.setattr(selection_run, "_compose_model", lambda candidate: {})
+    monkeypatch.setattr(selection_run, "compose_candidate", lambda candidate: ({}, {}))
     seen = fake_fits(monkeypatch, {"a": 1.0, "b": 50.0, "c": 5.0})
     data = read_letor(letor_files["train"])
     # 3 folds: all: 56 * 2 + 50 * 1.5 = 187 s; without b: 6 * 2 + 5 * 1.5 = 19.5 s
@@ -107,7 +107,7 @@ def test_the_budget_drops_the_slowest_candidates_after_their_first_fold(make_cfg
 
 def test_a_first_fold_past_its_share_of_the_budget_is_stopped(make_cfg, letor_files, monkeypatch, tmp_path):
     cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[first,quick,slow]")
-    monkeypatch.setattr(selection_run, "_compose_model", lambda candidate: {})
+    monkeypatch.setattr(selection_run, "compose_candidate", lambda candidate: ({}, {}))
     fake_fits(monkeypatch, {"first": 0.0, "quick": 0.0, "slow": 0.0}, sleep={"first": 0.3, "slow": 5.0})
     start = time.perf_counter()
     runs, _ = cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=start + 4.5)

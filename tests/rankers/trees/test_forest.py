@@ -167,9 +167,9 @@ def test_random_forest_is_a_model_auto_candidate_and_on_its_default_list():
 
     from rankers.pipeline import ROOT
     from rankers.selection.cv import parse_candidate
-    from rankers.selection.run import _compose_model
+    from rankers.selection.run import compose_candidate
 
-    model = _compose_model(parse_candidate("random_forest model.n_trees=5"))
+    model, _ = compose_candidate(parse_candidate("random_forest model.n_trees=5"))
     assert model._target_ == "rankers.trees.module.RandomForestModule" and model.n_trees == 5
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         assert "random_forest" in compose("config", overrides=["model=auto"]).model.candidates

@@ -20,10 +20,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.tabular import TableFormatError, read_numeric_table
+from experiments.results import write_results
 from rankers.gp import active
 from rankers.gp.kernels import SemiSupervisedKernel, deformation, knn_laplacian, rbf
 from rankers.gp.preference import fit, posterior_latent
-from rankers.outputs import save_figure, write_results
+from rankers.outputs import save_figure
+from rankers.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +65,21 @@ def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(spearmanr(a.numpy(), b.numpy()).statistic)
 
 
-def spiral(cfg: DictConfig | None = None, **options: Any) -> dict[str, Any]:
-    """Figure 1: the ranking function (posterior mean) and its error bars on the 35-point spiral,
+def spiral(cfg: DictConfig) -> dict[str, Any]:
+    """``experiment=chu2005_spiral``'s entry: ``spiral_figure`` with the config's options.
+
+    Figure 1: the ranking function (posterior mean) and its error bars on the 35-point spiral,
     with the GP prior of eq. (2) (supervised) and the graph-deformed prior of eq. (5).
 
     results.json: for each prior, the latent mean and std at the 35 points, the Spearman correlation
     of the mean with the position along the spiral (the semi-supervised prior should follow it), and
     the mean posterior std on the points and on the grid.
     """
-    if cfg is not None:
-        options = {**OmegaConf.to_container(cfg.chu2005_spiral, resolve=True), "out_dir": cfg.paths.output_dir}
-    return _spiral(**options)
+    options = OmegaConf.to_container(cfg.chu2005_spiral, resolve=True)
+    return spiral_figure(**options, out_dir=cfg.paths.output_dir)
 
 
-def _spiral(
+def spiral_figure(
     *,
     n_points: int = 35,
     kappa0: float = 0.25,
@@ -138,11 +141,7 @@ def _spiral(
         **results,
         "seconds": time.perf_counter() - start,
     }
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_results(out / "results.json", summary)
-        _plot_spiral(out / "spiral.png", x, axis, surfaces, results, pair)
+    write_results(out_dir, summary, {"spiral.png": lambda path: _plot_spiral(path, x, axis, surfaces, results, pair)})
     return summary
 
 
@@ -222,24 +221,21 @@ def sample_pairs(target: torch.Tensor, count: int, trials: int, generator: torch
     return torch.stack([i[picks], j[picks]], -1)
 
 
-def boston(cfg: DictConfig | None = None, **options: Any) -> dict[str, Any]:
-    """Figure 2: error on all item pairs against the number of actively chosen pairs, for each
+def boston(cfg: DictConfig) -> dict[str, Any]:
+    """``experiment=chu2005_boston``'s entry: ``boston_curves`` with the config's options.
+
+    Figure 2: error on all item pairs against the number of actively chosen pairs, for each
     selection strategy and prior, ``trials`` trials as one batch.
 
     results.json: ``"curve": {strategy: [mean error after query 1, 2, ...]}`` (the first prior's),
     ``"curve_std"`` likewise, ``"initial_error"``, and ``"curves": {prior: {strategy: {"mean",
     "std"}}}`` for every prior run, with the time each took.
     """
-    if cfg is not None:
-        options = {
-            **OmegaConf.to_container(cfg.chu2005_boston, resolve=True),
-            "path": cfg.data.get("path"),
-            "out_dir": cfg.paths.output_dir,
-        }
-    return _boston(**options)
+    options = OmegaConf.to_container(cfg.chu2005_boston, resolve=True)
+    return boston_curves(**options, path=cfg.data.get("path"), out_dir=cfg.paths.output_dir)
 
 
-def _boston(
+def boston_curves(
     *,
     path: str | None = None,
     trials: int = 20,
@@ -260,106 +256,103 @@ def _boston(
     scaling: str = "zscore",
     out_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    start = time.perf_counter()
-    if threads:
-        torch.set_num_threads(int(threads))
-    for prior_name in priors:
-        if prior_name not in PRIORS:
-            raise ValueError(f"chu2005_boston.priors: each must be one of {PRIORS}, got {prior_name!r}")
-    for strategy in strategies:
-        if strategy not in active.STRATEGIES:
-            raise ValueError(f"chu2005_boston.strategies: each must be one of {active.STRATEGIES}, got {strategy!r}")
-    features, target, used = load_table(path, scaling)
-    dev = torch.device(device or "cpu")
-    kind = getattr(torch, dtype)
-    features, target = features.to(dev, kind), target.to(dev, kind)
-    n = len(target)
-    generator = torch.Generator().manual_seed(seed)
-    pairs = sample_pairs(target.cpu(), pool + initial_pairs, trials, generator).to(dev)
-    init, candidates = pairs[:, :initial_pairs], pairs[:, initial_pairs:]
-    sigma = math.sqrt(sigma2)
-    gram = rbf(features, features, kappa0, kappa)
-    curves: dict[str, dict[str, dict[str, Any]]] = {}
-    seconds: dict[str, float] = {}
-    for prior_name in priors:
-        prior = gram
-        if prior_name == "semi_supervised":
-            prior = gram - gram @ deformation(gram, knn_laplacian(features, neighbours)) @ gram
-            prior = 0.5 * (prior + prior.T)
-        curves[prior_name] = {}
+    with torch_threads(int(threads) if threads else None):  # restored after: no global thread setting
+        start = time.perf_counter()
+        for prior_name in priors:
+            if prior_name not in PRIORS:
+                raise ValueError(f"chu2005_boston.priors: each must be one of {PRIORS}, got {prior_name!r}")
         for strategy in strategies:
-            tick = time.perf_counter()
-            run = active.run(
-                prior,
-                target,
-                candidates[..., 0],
-                candidates[..., 1],
-                init[..., 0],
-                init[..., 1],
-                queries=queries,
-                strategy=strategy,
-                sigma=sigma,
-                generator=torch.Generator().manual_seed(seed + 1),
-                inference=inference,
-            )
-            errors = run.errors.double().cpu()
-            after = errors[:, 1:]  # after query 1, 2, ...
-            curves[prior_name][strategy] = {
-                "mean": [round(float(e), 5) for e in after.mean(0)],
-                "std": [round(float(e), 5) for e in after.std(0)],
-                "initial": round(float(errors[:, 0].mean()), 5),
-                "newton_steps_mean": float(np.mean(run.newton_steps)),
-            }
-            seconds[f"{prior_name}/{strategy}"] = time.perf_counter() - tick
-            log.info(
-                "%s prior, %s: error after %d queries %.4f ± %.4f (%.1f s)",
-                prior_name,
-                strategy,
-                queries,
-                after[:, -1].mean(),
-                after[:, -1].std(),
-                seconds[f"{prior_name}/{strategy}"],
-            )
-    first = curves[priors[0]]
-    n_eval = int((target[:, None] > target[None, :]).sum())
-    summary: dict[str, Any] = {
-        "experiment": "chu2005_boston",
-        "data": used,
-        "prior": priors[0],
-        "curve": {s: first[s]["mean"] for s in strategies},
-        "curve_std": {s: first[s]["std"] for s in strategies},
-        "initial_error": {s: first[s]["initial"] for s in strategies},
-        "curves": curves,
-        "setting": {
-            "trials": trials,
-            "queries": queries,
-            "pool": pool,
-            "initial_pairs": initial_pairs,
-            "kappa0": kappa0,
-            "kappa": kappa,
-            "sigma2": sigma2,
-            "neighbours": neighbours,
-            "items": n,
-            "evaluated_pairs": n_eval,
-            "tied_pairs_excluded": n * (n - 1) // 2 - n_eval,
-            "dtype": dtype,
-            "device": str(dev),
-            "inference": inference,
-            "scaling": scaling,
-        },
-        "seconds": {**seconds, "total": time.perf_counter() - start},
-    }
-    if "entropy" in strategies and "random" in strategies:
-        summary["entropy_below_random_after_10"] = {
-            p: all(e < r for e, r in zip(c["entropy"]["mean"][10:], c["random"]["mean"][10:]))
-            for p, c in curves.items()
+            if strategy not in active.STRATEGIES:
+                raise ValueError(
+                    f"chu2005_boston.strategies: each must be one of {active.STRATEGIES}, got {strategy!r}"
+                )
+        features, target, used = load_table(path, scaling)
+        dev = torch.device(device or "cpu")
+        kind = getattr(torch, dtype)
+        features, target = features.to(dev, kind), target.to(dev, kind)
+        n = len(target)
+        generator = torch.Generator().manual_seed(seed)
+        pairs = sample_pairs(target.cpu(), pool + initial_pairs, trials, generator).to(dev)
+        init, candidates = pairs[:, :initial_pairs], pairs[:, initial_pairs:]
+        sigma = math.sqrt(sigma2)
+        gram = rbf(features, features, kappa0, kappa)
+        curves: dict[str, dict[str, dict[str, Any]]] = {}
+        seconds: dict[str, float] = {}
+        for prior_name in priors:
+            prior = gram
+            if prior_name == "semi_supervised":
+                prior = gram - gram @ deformation(gram, knn_laplacian(features, neighbours)) @ gram
+                prior = 0.5 * (prior + prior.T)
+            curves[prior_name] = {}
+            for strategy in strategies:
+                tick = time.perf_counter()
+                run = active.run(
+                    prior,
+                    target,
+                    candidates[..., 0],
+                    candidates[..., 1],
+                    init[..., 0],
+                    init[..., 1],
+                    queries=queries,
+                    strategy=strategy,
+                    sigma=sigma,
+                    generator=torch.Generator().manual_seed(seed + 1),
+                    inference=inference,
+                )
+                errors = run.errors.double().cpu()
+                after = errors[:, 1:]  # after query 1, 2, ...
+                curves[prior_name][strategy] = {
+                    "mean": [round(float(e), 5) for e in after.mean(0)],
+                    "std": [round(float(e), 5) for e in after.std(0)],
+                    "initial": round(float(errors[:, 0].mean()), 5),
+                    "newton_steps_mean": float(np.mean(run.newton_steps)),
+                }
+                seconds[f"{prior_name}/{strategy}"] = time.perf_counter() - tick
+                log.info(
+                    "%s prior, %s: error after %d queries %.4f ± %.4f (%.1f s)",
+                    prior_name,
+                    strategy,
+                    queries,
+                    after[:, -1].mean(),
+                    after[:, -1].std(),
+                    seconds[f"{prior_name}/{strategy}"],
+                )
+        first = curves[priors[0]]
+        n_eval = int((target[:, None] > target[None, :]).sum())
+        summary: dict[str, Any] = {
+            "experiment": "chu2005_boston",
+            "data": used,
+            "prior": priors[0],
+            "curve": {s: first[s]["mean"] for s in strategies},
+            "curve_std": {s: first[s]["std"] for s in strategies},
+            "initial_error": {s: first[s]["initial"] for s in strategies},
+            "curves": curves,
+            "setting": {
+                "trials": trials,
+                "queries": queries,
+                "pool": pool,
+                "initial_pairs": initial_pairs,
+                "kappa0": kappa0,
+                "kappa": kappa,
+                "sigma2": sigma2,
+                "neighbours": neighbours,
+                "items": n,
+                "evaluated_pairs": n_eval,
+                "tied_pairs_excluded": n * (n - 1) // 2 - n_eval,
+                "dtype": dtype,
+                "device": str(dev),
+                "inference": inference,
+                "scaling": scaling,
+            },
+            "seconds": {**seconds, "total": time.perf_counter() - start},
         }
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_results(out / "results.json", summary)
-        _plot_boston(out / "boston.png", curves, summary["setting"])
-    return summary
+        if "entropy" in strategies and "random" in strategies:
+            summary["entropy_below_random_after_10"] = {
+                p: all(e < r for e, r in zip(c["entropy"]["mean"][10:], c["random"]["mean"][10:]))
+                for p, c in curves.items()
+            }
+        write_results(out_dir, summary, {"boston.png": lambda path: _plot_boston(path, curves, summary["setting"])})
+        return summary
 
 
 def _plot_boston(path: Path, curves: dict, setting: dict) -> None:

@@ -1,5 +1,6 @@
-"""The chu2005 experiments through train.py's config: a small Boston-like table (generated here),
-the shared Boston file when present, refusals of missing or malformed tables, and the spiral."""
+"""The chu2005 experiments (experiments/chu2005.py) through train.py's config: a small Boston-like
+table (generated here), the shared Boston file when present, refusals of missing or malformed tables,
+and the spiral."""
 
 from __future__ import annotations
 
