@@ -12,11 +12,10 @@ keys the Lightning path writes.
 
 from __future__ import annotations
 
-import hashlib
+import io
 import json
 import logging
 import math
-import os
 import signal
 import time
 from collections.abc import Iterable, Iterator
@@ -26,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor
 
 from metrics import monitor_mode, ranking_metrics
 from rankers.learner import LabelSplit, Learner, QuerySplit, Split
 from rankers.list_metrics import random_baseline
+from rankers.outputs import atomic_directory, atomic_file, moved, write_results
 from rankers.report import write_report
+from rankers.run_identity import KEY, refuse_foreign, run_config, run_identity
 from rankers.threads import torch_threads
 
 log = logging.getLogger(__name__)
@@ -142,38 +143,29 @@ def trainer_device(cfg: DictConfig) -> torch.device:
 
 
 # -- run identity and checkpoints --------------------------------------------------------------
-def run_identity(cfg: DictConfig) -> dict[str, str]:
-    """What a checkpoint belongs to: the model class and a fingerprint of the resolved model and data
-    config (paths of this machine included: a checkpoint of other data is another run)."""
-    resolved = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data") if key in cfg}
-    text = json.dumps(resolved, sort_keys=True, default=str)
-    return {"model": str(cfg.model.get("_target_", "")), "fingerprint": hashlib.sha256(text.encode()).hexdigest()}
-
-
 def save_checkpoint(path: Path, learner: Learner, identity: dict[str, str], epoch: int, **extra: Any) -> None:
-    """Write atomically (a tmp file, then ``os.replace``): a crash never leaves half a checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    """``extra`` holds ``run_config`` (``rankers.run_identity``: what a refusal compares). Write atomically
+    (``rankers.outputs.atomic_file``): a crash or a full disk never leaves half a
+    checkpoint that a resume would load; a failed write is one line naming the file."""
     checkpoint = {
         "state_dict": learner.state_dict(),
         "hyper_parameters": dict(learner.hparams),
-        "run_identity": identity,
+        KEY: identity,
         "epoch": epoch,
         **extra,
     }
-    torch.save(checkpoint, tmp)
-    os.replace(tmp, path)
+    buffer = io.BytesIO()  # serialized in memory: Python's write then reports ENOSPC (torch's C++ stream cannot)
+    torch.save(checkpoint, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path, "checkpoint") as partial:
+        partial.write_bytes(buffer.getbuffer())
 
 
-def load_checkpoint(path: str | Path, learner: Learner, identity: dict[str, str]) -> dict[str, Any]:
-    """Load a checkpoint into ``learner``; refuse one written by another run, naming both."""
+def load_checkpoint(path: str | Path, learner: Learner, cfg: DictConfig) -> dict[str, Any]:
+    """Load a checkpoint into ``learner``; refuse one written by another run (``RunConflict``), naming
+    both and the settings that differ."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    theirs = checkpoint.get("run_identity")
-    if theirs != identity:
-        raise ValueError(
-            f"ckpt_path={path} belongs to another run: it holds {theirs}, this run is {identity} "
-            "(another model or data config); start without ckpt_path or give this run's checkpoint"
-        )
+    refuse_foreign(checkpoint, run_identity(cfg), path, run_config(cfg))
     learner.load_state_dict(checkpoint["state_dict"])
     return checkpoint
 
@@ -279,7 +271,7 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
     last = out / "checkpoints" / "last.ckpt"
     resumed: dict[str, Any] = {}
     if cfg.get("ckpt_path"):
-        resumed = load_checkpoint(cfg.ckpt_path, learner, identity)
+        resumed = load_checkpoint(cfg.ckpt_path, learner, cfg)
         learner.to(device)
         log.info("resumed %s from %s at epoch %d", name, cfg.ckpt_path, int(resumed.get("epoch", 0)))
     train, val = splits["train"].to(device), splits.get("val")
@@ -293,7 +285,7 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
             # resumed or not: a learner continues from its state (RankBoost's rounds so far)
             learner.fit(train, None if val is None else val.to(device), log=fit_log)
             epochs, best_path = 1, ""
-            save_checkpoint(last, learner, identity, epochs)
+            save_checkpoint(last, learner, identity, epochs, run_config=run_config(cfg))
     fit_seconds = time.perf_counter() - started
     if fit_log.should_stop():
         _exit_interrupted(fit_log.signal_name, epochs, fit_seconds, last, out)
@@ -341,8 +333,23 @@ def _stream(
             key = learner.monitor.removeprefix("val/")
             if key in values and _better(values[key], best, mode):
                 best, best_path = values[key], str(checkpoints / "best.ckpt")
-                save_checkpoint(Path(best_path), learner, identity, done, monitor={learner.monitor: best})
-        save_checkpoint(checkpoints / "last.ckpt", learner, identity, done, best_value=best, best_path=best_path)
+                save_checkpoint(
+                    Path(best_path),
+                    learner,
+                    identity,
+                    done,
+                    monitor={learner.monitor: best},
+                    run_config=run_config(cfg),
+                )
+        save_checkpoint(
+            checkpoints / "last.ckpt",
+            learner,
+            identity,
+            done,
+            best_value=best,
+            best_path=best_path,
+            run_config=run_config(cfg),
+        )
         if fit_log.should_stop():
             return done, ""
     return done, best_path
@@ -350,7 +357,7 @@ def _stream(
 
 def _exit_interrupted(signal_name: str | None, epochs: int, seconds: float, last: Path, out: Path) -> None:
     record = {"interrupted": signal_name, "epochs": epochs, "fit_seconds": seconds, "resume": f"ckpt_path={last}"}
-    (out / "results.json").write_text(json.dumps(record, indent=2))
+    write_results(out / "results.json", record)
     log.error("interrupted by %s after %d epochs; resume with ckpt_path=%s", signal_name, epochs, last)
     raise SystemExit(EXIT_SIGTERM if signal_name == "SIGTERM" else EXIT_SIGINT)
 
@@ -383,10 +390,15 @@ def report(
                 if baseline:
                     results["test_random_scores"] = baseline
     _refuse_divergence(learner, results, out)
+    sources = datamodule.split_sources() if hasattr(datamodule, "split_sources") else {}
+    results["evaluated"] = {
+        name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)
+    }
     if cfg.get("export", True):
-        results["export"] = learner.export_model(out / "export")
+        with atomic_directory(out / "export", "export") as partial:  # whole or not at all
+            results["export"] = moved(learner.export_model(partial), partial, out / "export")
     results.update(extra or {})
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    write_results(out / "results.json", results)
     try:
         write_report(out, results, title=f"{cfg.get('task_name', 'train')}: {cfg.model.get('_target_', '')}")
     except Exception as error:  # a plot that fails is a warning, never a failed run that trained
@@ -402,5 +414,5 @@ def _refuse_divergence(learner: Learner, results: dict[str, Any], out: Path) -> 
     bad += [f"state {k}" for k, v in state if isinstance(v, Tensor) and v.is_floating_point() and v.isnan().any()]
     if bad:
         message = f"the fit is not finite: {', '.join(bad[:8])}"
-        (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
+        write_results(out / "results.json", {**results, "error": message})
         raise RuntimeError(message)

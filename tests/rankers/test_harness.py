@@ -14,6 +14,7 @@ from rankers import harness
 from rankers.boosting.module import RankBoostModule
 from rankers.learner import LabelSplit, QuerySplit
 from rankers.pipeline import train
+from rankers.run_identity import RunConflict, run_config, run_identity
 
 DATA = [
     "data=synthetic",
@@ -96,17 +97,18 @@ def test_an_interrupted_fit_resumed_from_its_checkpoint_equals_an_uninterrupted_
     first = RankBoostModule(**options)
     first.fit(train_split, val_split, log=_StopAfter(1))
     assert int(first.n_rounds) == 5
-    identity = {"model": "rankboost", "fingerprint": "abc"}
+    cfg = OmegaConf.create({"model": {"_target_": "rankboost", "rounds": 5}, "data": {"train": "a"}})
     path = tmp_path / "checkpoints" / "last.ckpt"
-    harness.save_checkpoint(path, first, identity, epoch=1)
+    harness.save_checkpoint(path, first, run_identity(cfg), epoch=1, run_config=run_config(cfg))
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # written atomically: no tmp left
     resumed = RankBoostModule.load_from_checkpoint(str(path))
     assert int(resumed.n_rounds) == 5
     resumed.fit(train_split, val_split, log=_StopAfter(10**6))
     for name in ("ens_feature", "ens_threshold", "ens_q_def", "ens_alpha", "n_rounds", "n_best"):
         torch.testing.assert_close(getattr(resumed, name), getattr(whole, name))
-    with pytest.raises(ValueError, match=r"belongs to another run: it holds .*'abc'.*this run is .*'other'"):
-        harness.load_checkpoint(path, RankBoostModule(**options), {"model": "rankboost", "fingerprint": "other"})
+    other = OmegaConf.create({"model": {"_target_": "rankboost", "rounds": 6}, "data": {"train": "a"}})
+    with pytest.raises(RunConflict, match=r"it belongs to rankboost .*this run is rankboost .*model.rounds: 5 .* vs 6"):
+        harness.load_checkpoint(path, RankBoostModule(**options), other)
 
 
 def test_train_py_resumes_a_learner_and_refuses_another_runs_checkpoint(make_cfg, tmp_path):
@@ -117,7 +119,7 @@ def test_train_py_resumes_a_learner_and_refuses_another_runs_checkpoint(make_cfg
     assert checkpoint["run_identity"]["model"] == "rankers.boosting.module.RankBoostModule"
     again = train(make_cfg(*overrides, f"ckpt_path={last}", out=tmp_path / "b", tiny=False))
     assert again["test"] == first["test"]  # a finished fit resumed: nothing more to fit
-    with pytest.raises(ValueError, match="belongs to another run"):
+    with pytest.raises(RunConflict, match="belongs to"):
         train(make_cfg(*overrides, "model.rounds=12", f"ckpt_path={last}", out=tmp_path / "c", tiny=False))
     saved = json.loads((tmp_path / "a" / "results.json").read_text())
     assert {"val", "test", "fit_seconds", "epochs", "conventions", "export"} <= set(saved)
@@ -126,7 +128,7 @@ def test_train_py_resumes_a_learner_and_refuses_another_runs_checkpoint(make_cfg
 def test_run_identity_follows_the_model_and_data_config():
     cfg = OmegaConf.create({"model": {"_target_": "x.Y", "a": 1}, "data": {"path": "p"}, "seed": 1})
     other = OmegaConf.create({"model": {"_target_": "x.Y", "a": 2}, "data": {"path": "p"}, "seed": 1})
-    assert harness.run_identity(cfg)["fingerprint"] != harness.run_identity(other)["fingerprint"]
+    assert run_identity(cfg)["fingerprint"] != run_identity(other)["fingerprint"]
 
 
 def test_sigterm_stops_at_a_safe_point_checkpoints_and_the_resumed_run_finishes_the_same(
