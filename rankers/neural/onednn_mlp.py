@@ -69,9 +69,10 @@ def applies(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | None:
     if torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling():
         return None
     layers = plain_layers(scorer)
-    if layers is None or any(p.dtype != torch.float32 or p.device.type != "cpu" for m in layers for p in m.parameters()):
+    if layers is None:
         return None
-    return layers
+    parameters = [p for m in layers for p in m.parameters()]
+    return layers if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in parameters) else None
 
 
 def mlp_scores(layers: list[nn.Linear], features: Tensor) -> Tensor:
