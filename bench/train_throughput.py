@@ -369,7 +369,7 @@ def _pieces(datamodule: LetorDataModule, model: RankerModule, path: Row, warmup:
     optimizer = torch.optim.Adam(model.parameters(), lr=path.lr(datamodule.batch_size), fused=path.fast)
     times: dict[str, list[float]] = {}
     documents = []
-    iterator = iter(loader)
+    iterator = itertools.chain.from_iterable(itertools.repeat(loader))  # epoch after epoch
 
     def timed(name, fn):
         start = time.perf_counter()
