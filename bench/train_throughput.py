@@ -59,6 +59,7 @@ from rankers.neural import onednn_mlp
 
 HIDDEN = (256, 128, 64)
 BASE_LR, BASE_BATCH = 1e-3, 64
+LR_POWER = 0.5  # the fast rows' rule: sqrt(batch / base); --lr-power changes it
 
 
 def sync(device: torch.device | str) -> None:
@@ -168,8 +169,8 @@ class Row:
         return self.fast_batch if self.fast else base
 
     def lr(self, base: int) -> float:
-        """Adam's rate: the base rate at the base batch, scaled by sqrt(batch / base) (conf/trainer/*_fast.yaml)."""
-        return BASE_LR * math.sqrt(self.batch_size(base) / BASE_BATCH)
+        """Adam's rate: the base rate at the base batch times (batch / base) ** LR_POWER (conf/trainer/*_fast.yaml)."""
+        return BASE_LR * (self.batch_size(base) / BASE_BATCH) ** LR_POWER
 
 
 @contextlib.contextmanager
@@ -243,7 +244,7 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
 
 
 def names(device: str, batch: int, fast_batch: int) -> dict[str, str]:
-    fast = f"resident, {fast_batch}-query batches, lr x{math.sqrt(fast_batch / batch):g}, fused Adam"
+    fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** LR_POWER:g}, fused Adam"
     if device == "cuda":
         fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, compiled (CUDA graphs), bf16"
     else:
@@ -441,10 +442,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4, help="--quality: epochs per run")
     parser.add_argument("--seeds", type=int, default=3, help="--quality: runs per path")
     parser.add_argument("--quality-queries", type=int, default=1500, help="--quality: training queries")
+    parser.add_argument("--lr-power", type=float, default=LR_POWER, help="fast rows: lr x (batch / 64) ** this")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    global LR_POWER
+    LR_POWER = args.lr_power
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     if args.profile:
