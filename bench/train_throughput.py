@@ -160,6 +160,7 @@ class Row:
     mode: str
     mkl: bool = False
     fast_batch: int = 256
+    lr_power: float = LR_POWER
 
     @property
     def fast(self) -> bool:
@@ -169,8 +170,8 @@ class Row:
         return self.fast_batch if self.fast else base
 
     def lr(self, base: int) -> float:
-        """Adam's rate: the base rate at the base batch times (batch / base) ** LR_POWER (conf/trainer/*_fast.yaml)."""
-        return BASE_LR * (self.batch_size(base) / BASE_BATCH) ** LR_POWER
+        """Adam's rate: the base rate at the base batch times (batch / base) ** lr_power (conf/trainer/*_fast.yaml)."""
+        return BASE_LR * (self.batch_size(base) / BASE_BATCH) ** self.lr_power
 
 
 @contextlib.contextmanager
@@ -243,8 +244,8 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
     return meter.docs / meter.seconds, meter.batches
 
 
-def names(device: str, batch: int, fast_batch: int) -> dict[str, str]:
-    fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** LR_POWER:g}, fused Adam"
+def names(device: str, batch: int, fast_batch: int, lr_power: float = LR_POWER) -> dict[str, str]:
+    fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** lr_power:g}, fused Adam"
     if device == "cuda":
         fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, compiled (CUDA graphs), bf16"
     else:
@@ -282,7 +283,7 @@ def throughput_table(args: argparse.Namespace) -> None:
         rows = [("loader", Row("loader")), ("resident", Row("resident"))]
         if device == "cpu" and onednn_mlp.enabled():
             rows.append(("mkl", Row("resident", mkl=True)))
-        rows.append(("fast", Row("fast", fast_batch=args.fast_batch_size)))
+        rows.append(("fast", Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)))
         reference = None
         for key, path in rows:
             dtype = torch.bfloat16 if path.fast and device == "cuda" else torch.float32
@@ -292,7 +293,7 @@ def throughput_table(args: argparse.Namespace) -> None:
             reference = reference or rate
             epoch, floor = len(data.labels) / rate, total_flops / peak
             print(
-                f"| {label} | {names(device, args.batch_size, args.fast_batch_size)[key]} | "
+                f"| {label} | {names(device, args.batch_size, args.fast_batch_size, args.lr_power)[key]} | "
                 f"{str(dtype).removeprefix('torch.')} | {timed} | {rate:,.0f} | {epoch:.2f} | {peak / 1e9:,.0f} | "
                 f"{floor:.2f} | {epoch / floor:.2f}x | {rate / reference:.2f}x |",
                 flush=True,
@@ -332,7 +333,8 @@ def profile(args: argparse.Namespace) -> None:
     """Per batch on CPU: the phases inside Lightning's loop, then the pieces of a step timed alone."""
     data = mslr_like(args.queries)
     batches = args.batches or 30
-    for path in (Row("resident"), Row("fast", fast_batch=args.fast_batch_size)):
+    row_names = names("cpu", args.batch_size, args.fast_batch_size, args.lr_power)
+    for path in (Row("resident"), Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)):
         datamodule, model = build(data, data.subset(np.arange(2)), "cpu", path, args.batch_size)
         phases = Phases(skip=args.warmup)
         trainer = trainer_for(
@@ -348,7 +350,7 @@ def profile(args: argparse.Namespace) -> None:
         alone = _pieces(datamodule, model, path, args.warmup, batches)
         docs = alone.pop("documents")
         print(
-            f"\n## {names('cpu', args.batch_size, args.fast_batch_size)[path.mode]}: median ms per batch "
+            f"\n## {row_names[path.mode]}: median ms per batch "
             f"({docs:,.0f} documents a batch, {torch.get_num_threads()} threads)\n"
         )
         print("| inside Lightning's loop | ms |\n|---|---:|")
@@ -412,7 +414,8 @@ def quality(args: argparse.Namespace) -> None:
     print("| data | path | val ndcg@10 per seed | mean | std |\n|---|---|---|---:|---:|")
     for kind, make in kinds.items():
         train, val = make(args.quality_queries, seed=100), make(max(200, args.quality_queries // 4), seed=200)
-        for key, path in (("resident", Row("resident")), ("fast", Row("fast", fast_batch=args.fast_batch_size))):
+        fast = Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)
+        for key, path in (("resident", Row("resident")), ("fast", fast)):
             values = []
             for seed in range(args.seeds):
                 pl.seed_everything(seed, verbose=False)
@@ -447,8 +450,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    global LR_POWER
-    LR_POWER = args.lr_power
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     if args.profile:
