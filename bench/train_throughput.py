@@ -42,7 +42,7 @@ from pathlib import Path
 from unittest import mock
 
 if __name__ == "__main__" and not __package__:
-    # run as a file, Python puts bench/ first on sys.path, where bench/losses.py would shadow the losses
+    # run as a file, Python looks in bench/ first for imports, where bench/losses.py would shadow the losses
     # package: run as the module from the repository root instead (the same process id, the same arguments)
     os.chdir(Path(__file__).resolve().parents[1])
     os.execv(sys.executable, [sys.executable, "-m", "bench.train_throughput", *sys.argv[1:]])
