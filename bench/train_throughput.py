@@ -1,51 +1,131 @@
-"""LambdaRank training throughput on MSLR-WEB30K-shaped data: DataLoader vs device-resident vs gpu_fast.
+"""LambdaRank training throughput on MSLR-WEB30K-shaped data, each row against its device's compute floor.
 
-    python -m bench.train_throughput                      # CPU, and CUDA when present
-    python -m bench.train_throughput --device cuda        # CUDA rows next to the CPU rows
-    python -m bench.train_throughput --device cpu --batches 60 --queries 4000
+    python bench/train_throughput.py --device cpu --batches 30   # or: python -m bench.train_throughput ...
+    python bench/train_throughput.py --device cuda               # CUDA rows next to the CPU rows
+    python bench/train_throughput.py --device cpu --profile      # where a batch's time goes, on CPU
+    python bench/train_throughput.py --quality --epochs 4        # validation ndcg@10, standard vs fast path
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
 labels 0-4, made in memory (no text round trip). Model: MLP 136-256-128-64-1 with LambdaRank@10 and
 Adam, trained by the real Lightning Trainer (no validation). Rows per device:
 
-* DataLoader + collate (the reference): per-query items collated on the host;
+* DataLoader + collate (the reference): per-query items collated on the host, batch 64 queries;
 * device-resident gather: the split on the device, one gather per batch (``data.device_resident``);
-* gpu_fast (``trainer=gpu_fast``): device-resident, lists padded to 256, the training loss compiled
-  (``torch.compile`` mode reduce-overhead = CUDA graphs on a GPU), bf16 autocast and fused Adam on a
-  GPU, no host read per step. Its CUDA row times the whole second epoch (the first compiles);
-  on CPU it runs without compiling unless ``--cpu-compile``.
+* on CPU, the same with the MLP through ``nn.Linear`` (MKL) instead of oneDNN (``rankers.neural.onednn_mlp``);
+* the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
+  the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256, the
+  training loss compiled (CUDA graphs), bf16 autocast, and its whole second epoch is timed.
 
-Other rows time ``--batches`` batches after ``--warmup`` and extrapolate to an epoch. Documents are
-counted on the device and read once; CUDA rows synchronize before reading the clock (wall time of
-host and GPU together) and name the GPU.
+Other rows time ``--batches`` batches of 64 queries (the fast row: the same number of queries) after
+``--warmup`` and extrapolate to an epoch. **Compute floor**: the MLP's forward and backward FLOPs
+over the epoch's real documents (forward ``2 sum(i o)``, weight gradients the same again, input
+gradients of every layer but the first) divided by the device's peak, the best of ``torch.mm`` and
+(CPU) oneDNN's linear on a large square matmul in the row's dtype, measured just before and just
+after the row (the better of the two), so that load from other jobs hits both sides alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
+import math
+import os
+import platform
+import statistics
+import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
+from unittest import mock
+
+if __name__ == "__main__" and not __package__:
+    # run as a file, Python looks in bench/ first for imports, where bench/losses.py would shadow the losses
+    # package: run as the module from the repository root instead (the same process id, the same arguments)
+    os.chdir(Path(__file__).resolve().parents[1])
+    os.execv(sys.executable, [sys.executable, "-m", "bench.train_throughput", *sys.argv[1:]])
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from bench.timing import machine, sync
 from datamodules.letor import LetorDataModule
 from datamodules.letor_io import LetorData
 from losses import lambdarank_loss
 from rankers import MLPScorer, RankerModule
+from rankers.neural import onednn_mlp
+
+HIDDEN = (256, 128, 64)
+BASE_LR, BASE_BATCH = 1e-3, 64
+LR_POWER = 1.0  # the fast rows' rule: lr x batch / base (linear); --lr-power changes it
 
 
-def mslr_like(queries: int, features: int = 136, seed: int = 0) -> LetorData:
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine() -> str:
+    text = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    return text + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+
+
+def mslr_like(queries: int, features: int = 136, seed: int = 0, fractional: bool = False) -> LetorData:
+    """MSLR-WEB30K-shaped split: lists of 30-210 documents, grades 0-4 from the first 5 features
+    plus noise; ``fractional``: each grade the mean of three noisy assessors (thirds)."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(30, 211, size=queries)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     n = int(offsets[-1])
     x = rng.standard_normal((n, features), dtype=np.float32)
-    labels = np.clip(np.round(x[:, :5].sum(1) / 2 + rng.normal(size=n)), 0, 4).astype(np.float32)
+    grade = x[:, :5].sum(1) / 2 + rng.normal(size=n)
+    if fractional:
+        labels = np.clip(np.rint(grade[:, None] + rng.normal(scale=0.7, size=(n, 3))), 0, 4).mean(1)
+    else:
+        labels = np.clip(np.round(grade), 0, 4)
     qids = np.repeat(np.arange(queries), lengths)
-    return LetorData(x, labels, qids, offsets, "<memory>")
+    return LetorData(x, labels.astype(np.float32), qids, offsets, "<memory>")
+
+
+def letor_like(queries: int, features: int = 46, seed: int = 0) -> LetorData:
+    """LETOR-3/4-shaped split (letor_a is not on this machine): short lists of 5-30 documents, 46
+    features, fractional grades 0-2 (the mean of three assessors) from a nonlinear function."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 31, size=queries)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n = int(offsets[-1])
+    x = rng.random((n, features), dtype=np.float32)  # LETOR's query-normalized features lie in [0, 1]
+    latent = 2 * x[:, 0] * x[:, 1] + np.sin(3 * x[:, 2]) + x[:, 3:8].sum(1) / 3 - 1.2
+    labels = np.clip(np.rint(latent[:, None] + rng.normal(scale=0.5, size=(n, 3))), 0, 2).mean(1)
+    return LetorData(x, labels.astype(np.float32), np.repeat(np.arange(queries), lengths), offsets, "<memory>")
+
+
+def flops_per_document(features: int, hidden: tuple[int, ...] = HIDDEN) -> int:
+    """Forward ``2 sum(i o)`` + weight gradients ``2 sum(i o)`` + input gradients of layers 2.. (``2 i o``)."""
+    sizes = [features, *hidden, 1]
+    products = [i * o for i, o in itertools.pairwise(sizes)]
+    return 2 * sum(products) * 2 + 2 * sum(products[1:])
+
+
+def peak_flops(device: str, dtype: torch.dtype, repeats: int = 3) -> float:
+    """FLOP/s of the best of ``torch.mm`` and (CPU, float32) oneDNN's linear on an n x n matmul."""
+    n = 2048 if device == "cpu" else 8192
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    candidates = [lambda: torch.mm(a, b)]
+    if device == "cpu" and onednn_mlp.enabled():
+        candidates.append(lambda: onednn_mlp.linear(a, b, None))
+    best = math.inf
+    for fn in candidates:
+        fn()
+        for _ in range(repeats):
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
 
 
 class Throughput(pl.Callback):
@@ -73,103 +153,311 @@ class Throughput(pl.Callback):
             self.docs = int(self.docs)
 
 
-def run(data: LetorData, device: str, mode: str, batches: int | None, warmup: int, batch_size: int, compile_cpu: bool):
-    """Documents per second and timed batches of one configuration (``mode``: loader, resident, fast)."""
-    fast = mode == "fast"
+@dataclass
+class Row:
+    """One row's settings: ``mode`` loader / resident / fast; ``mkl``: the MLP through ``nn.Linear``."""
+
+    mode: str
+    mkl: bool = False
+    fast_batch: int = 256
+    lr_power: float = LR_POWER
+
+    @property
+    def fast(self) -> bool:
+        return self.mode == "fast"
+
+    def batch_size(self, base: int) -> int:
+        return self.fast_batch if self.fast else base
+
+    def lr(self, base: int) -> float:
+        """Adam's rate: the base rate at the base batch times (batch / base) ** lr_power (conf/trainer/*_fast.yaml)."""
+        return BASE_LR * (self.batch_size(base) / BASE_BATCH) ** self.lr_power
+
+
+@contextlib.contextmanager
+def mlp_backend(mkl: bool) -> Iterator[None]:
+    """``mkl``: switch the oneDNN MLP off, so ``nn.Linear`` (MKL) runs the matmuls."""
+    if not mkl:
+        yield
+        return
+    with mock.patch.object(onednn_mlp, "_LINEAR", None):
+        yield
+
+
+def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, seed: int = 0):
     cuda = device == "cuda"
     datamodule = LetorDataModule(
         "<memory>",
         normalization="zscore",
-        batch_size=batch_size,
+        batch_size=path.batch_size(batch),
         max_list_length=None,
-        device_resident=mode != "loader",
-        pad_multiple=256 if fast else 1,
+        device_resident=path.mode != "loader",
+        pad_multiple=256 if path.fast and cuda else 1,
         bucket_by_length=True,
+        seed=seed,
     )
-    datamodule.use_splits({"train": data, "val": data.subset(np.arange(2))})
-    compile_mode: bool | str = False
-    if fast and (cuda or compile_cpu):
-        compile_mode = "reduce-overhead" if cuda else True
+    datamodule.use_splits({"train": data, "val": val})
     model = RankerModule(
-        partial(MLPScorer, hidden=(256, 128, 64)),
+        partial(MLPScorer, hidden=HIDDEN),
         partial(lambdarank_loss, k=10),
-        partial(torch.optim.Adam, lr=1e-3, fused=fast),
+        partial(torch.optim.Adam, lr=path.lr(batch), fused=path.fast),
         n_features=data.num_features,
         normalizer=datamodule.build_normalizer(),
-        compile=compile_mode,
-        step_loss_in_progress_bar=False if fast else None,
+        compile="reduce-overhead" if path.fast and cuda else False,
+        step_loss_in_progress_bar=False if path.fast else None,
     )
-    whole_epoch = fast and cuda  # compiling happens in epoch 0; epoch 1 is timed whole
-    meter = Throughput(0 if whole_epoch else warmup, epoch=1 if whole_epoch else 0)
-    trainer = pl.Trainer(
-        accelerator="gpu" if cuda else "cpu",
+    return datamodule, model
+
+
+def trainer_for(device: str, path: Row, **options) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
-        max_epochs=2 if whole_epoch else 1,
-        limit_train_batches=None if whole_epoch else batches + warmup,
-        limit_val_batches=0,
-        precision="bf16-mixed" if fast and cuda else "32-true",
+        precision="bf16-mixed" if path.fast and device == "cuda" else "32-true",
         log_every_n_steps=50,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        **options,
+    )
+
+
+def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batch: int) -> tuple[float, int]:
+    """Documents per second and timed batches of one row."""
+    datamodule, model = build(data, data.subset(np.arange(2)), device, path, batch)
+    scale = batch / path.batch_size(batch)  # the fast row times the same number of queries
+    whole_epoch = path.fast and device == "cuda"  # compiling happens in epoch 0; epoch 1 is timed whole
+    warm = max(2, math.ceil(warmup * scale)) if path.fast else warmup
+    timed = max(1, math.ceil(batches * scale))
+    meter = Throughput(0 if whole_epoch else warm, epoch=1 if whole_epoch else 0)
+    trainer = trainer_for(
+        device,
+        path,
+        max_epochs=2 if whole_epoch else 1,
+        limit_train_batches=None if whole_epoch else timed + warm,
+        limit_val_batches=0,
         callbacks=[meter],
     )
-    trainer.fit(model, datamodule=datamodule)
+    with mlp_backend(path.mkl):
+        trainer.fit(model, datamodule=datamodule)
     return meter.docs / meter.seconds, meter.batches
 
 
-NAMES = {
-    "loader": "DataLoader + collate (reference)",
-    "resident": "device-resident gather",
-    "fast": "gpu_fast: resident, padded, compiled (CUDA graphs), bf16, fused Adam",
-}
+def names(device: str, batch: int, fast_batch: int, lr_power: float = LR_POWER) -> dict[str, str]:
+    fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** lr_power:g}, fused Adam"
+    if device == "cuda":
+        fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, compiled (CUDA graphs), bf16"
+    else:
+        fast = f"**`trainer=cpu_fast`**: {fast}"
+    return {
+        "loader": "DataLoader + collate (reference)",
+        "resident": "device-resident gather",
+        "mkl": "device-resident gather, MLP through nn.Linear (MKL)",
+        "fast": fast,
+    }
+
+
+def throughput_table(args: argparse.Namespace) -> None:
+    data = mslr_like(args.queries)
+    devices = [] if args.skip_cpu else ["cpu"]
+    if args.device != "cpu" and torch.cuda.is_available():
+        devices.append("cuda")
+    epoch_batches = -(-data.num_queries // args.batch_size)
+    per_doc = flops_per_document(data.num_features)
+    total_flops = per_doc * len(data.labels)
+    print(f"# machine: {machine()}")
+    print(
+        f"# data: {data.num_queries} queries, {len(data.labels):,} documents, {data.num_features} features; "
+        f"batch {args.batch_size} queries; {epoch_batches} batches an epoch"
+    )
+    print(f"# compute floor: {per_doc:,} FLOP a document (MLP 136-256-128-64-1 forward + backward) / peak matmul")
+    print(
+        "| device | batches from | dtype | timed batches | documents/s | one epoch (s) | peak GFLOP/s | "
+        "floor (s) | vs floor | vs reference |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for device in devices:
+        label = f"cuda {torch.cuda.get_device_name()}" if device == "cuda" else "cpu"
+        batches = min(args.batches or (100 if device == "cuda" else 40), epoch_batches - args.warmup)
+        rows = [("loader", Row("loader")), ("resident", Row("resident"))]
+        if device == "cpu" and onednn_mlp.enabled():
+            rows.append(("mkl", Row("resident", mkl=True)))
+        rows.append(("fast", Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)))
+        reference = None
+        for key, path in rows:
+            dtype = torch.bfloat16 if path.fast and device == "cuda" else torch.float32
+            before = peak_flops(device, dtype)
+            rate, timed = run(data, device, path, batches, args.warmup, args.batch_size)
+            peak = max(before, peak_flops(device, dtype))
+            reference = reference or rate
+            epoch, floor = len(data.labels) / rate, total_flops / peak
+            print(
+                f"| {label} | {names(device, args.batch_size, args.fast_batch_size, args.lr_power)[key]} | "
+                f"{str(dtype).removeprefix('torch.')} | {timed} | {rate:,.0f} | {epoch:.2f} | {peak / 1e9:,.0f} | "
+                f"{floor:.2f} | {epoch / floor:.2f}x | {rate / reference:.2f}x |",
+                flush=True,
+            )
+
+
+class Phases(pl.Callback):
+    """Wall time of each phase of a training batch inside Lightning's loop, from batch ``skip`` on."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip, self.times, self.mark, self.last_end = skip, {}, None, None
+
+    def _split(self, name: str, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if batch_idx >= self.skip and self.mark is not None:
+            self.times.setdefault(name, []).append(now - self.mark)
+        self.mark = now
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        now = time.perf_counter()
+        if batch_idx > self.skip and self.last_end is not None:
+            self.times.setdefault("fetch the batch (gather, Lightning's loop)", []).append(now - self.last_end)
+        self.mark = now
+
+    def on_before_backward(self, trainer, module, loss):
+        self._split("forward: normalize, MLP, loss, logging", trainer.fit_loop.batch_idx)
+
+    def on_after_backward(self, trainer, module):
+        self._split("backward", trainer.fit_loop.batch_idx)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self._split("optimizer step, zero_grad, Lightning's bookkeeping", batch_idx)
+        self.last_end = time.perf_counter()
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Per batch on CPU: the phases inside Lightning's loop, then the pieces of a step timed alone."""
+    data = mslr_like(args.queries)
+    batches = args.batches or 30
+    row_names = names("cpu", args.batch_size, args.fast_batch_size, args.lr_power)
+    for path in (Row("resident"), Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)):
+        datamodule, model = build(data, data.subset(np.arange(2)), "cpu", path, args.batch_size)
+        phases = Phases(skip=args.warmup)
+        trainer = trainer_for(
+            "cpu",
+            path,
+            max_epochs=1,
+            limit_train_batches=batches + args.warmup,
+            limit_val_batches=0,
+            callbacks=[phases],
+        )
+        trainer.fit(model, datamodule=datamodule)
+        inside = {name: statistics.median(values) for name, values in phases.times.items()}
+        alone = _pieces(datamodule, model, path, args.warmup, batches)
+        docs = alone.pop("documents")
+        print(
+            f"\n## {row_names[path.mode]}: median ms per batch "
+            f"({docs:,.0f} documents a batch, {torch.get_num_threads()} threads)\n"
+        )
+        print("| inside Lightning's loop | ms |\n|---|---:|")
+        for name, seconds in inside.items():
+            print(f"| {name} | {seconds * 1e3:.1f} |")
+        print(f"| **whole batch** | **{sum(inside.values()) * 1e3:.1f}** |")
+        print("\n| the same pieces alone | ms |\n|---|---:|")
+        for name, seconds in alone.items():
+            print(f"| {name} | {seconds * 1e3:.1f} |")
+        print(f"| **sum** | **{sum(alone.values()) * 1e3:.1f}** |")
+        floor = docs * flops_per_document(data.num_features) / peak_flops("cpu", torch.float32)
+        print(f"| compute floor of the batch (MLP FLOPs / peak matmul) | {floor * 1e3:.1f} |", flush=True)
+
+
+def _pieces(datamodule: LetorDataModule, model: RankerModule, path: Row, warmup: int, batches: int) -> dict:
+    """Median seconds of each piece of a training step on the datamodule's first batches, outside Lightning."""
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    optimizer = torch.optim.Adam(model.parameters(), lr=path.lr(datamodule.batch_size), fused=path.fast)
+    times: dict[str, list[float]] = {}
+    documents = []
+    iterator = itertools.chain.from_iterable(itertools.repeat(loader))  # epoch after epoch
+
+    def timed(name, fn):
+        start = time.perf_counter()
+        out = fn()
+        times.setdefault(name, []).append(time.perf_counter() - start)
+        return out
+
+    for _ in range(warmup + batches):
+        batch = timed("gather the batch (device-resident)", partial(next, iterator))
+        features = timed("normalize (z-score)", partial(model.normalizer, batch["features"], batch["mask"]))
+        scores = timed("MLP forward", partial(model._training_members, features))[..., 0]
+        loss = timed(
+            "LambdaRank@10 loss and lambdas (C++ kernel)",
+            partial(lambdarank_loss, scores, batch["labels"], batch["mask"], k=10),
+        )
+        timed("backward (MLP)", loss.backward)
+        timed("Adam step + zero_grad", partial(_adam_step, optimizer))
+        documents.append(float(batch["mask"].sum()))
+    result = {name: statistics.median(values[warmup:]) for name, values in times.items()}
+    return {**result, "documents": statistics.median(documents[warmup:])}
+
+
+def _adam_step(optimizer: torch.optim.Optimizer) -> None:
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def quality(args: argparse.Namespace) -> None:
+    """Validation ndcg@10 after ``--epochs`` epochs, standard path vs the fast path, seeds 0..S-1."""
+    kinds = {
+        "MSLR-like (136 features, 30-210 documents, grades 0-4)": partial(mslr_like),
+        "MSLR-like, fractional grades (mean of 3 assessors)": partial(mslr_like, fractional=True),
+        "LETOR-like (46 features, 5-30 documents, fractional grades 0-2)": partial(letor_like),
+    }
+    print(
+        f"# machine: {machine()}; {args.epochs} epochs, seeds 0-{args.seeds - 1}, "
+        f"{args.quality_queries} training queries, batch {args.batch_size} (fast: {args.fast_batch_size})"
+    )
+    print("| data | path | val ndcg@10 per seed | mean | std |\n|---|---|---|---:|---:|")
+    for kind, make in kinds.items():
+        train, val = make(args.quality_queries, seed=100), make(max(200, args.quality_queries // 4), seed=200)
+        fast = Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)
+        for key, path in (("resident", Row("resident")), ("fast", fast)):
+            values = []
+            for seed in range(args.seeds):
+                pl.seed_everything(seed, verbose=False)
+                datamodule, model = build(train, val, "cpu", path, args.batch_size, seed=seed)
+                trainer = trainer_for("cpu", path, max_epochs=args.epochs, num_sanity_val_steps=0)
+                trainer.fit(model, datamodule=datamodule)
+                values.append(float(trainer.callback_metrics["val/ndcg@10"]))
+            name = "standard (trainer=cpu, resident data)" if key == "resident" else "cpu_fast"
+            print(
+                f"| {kind} | {name} | {', '.join(f'{v:.4f}' for v in values)} | "
+                f"{statistics.mean(values):.4f} | {statistics.pstdev(values):.4f} |",
+                flush=True,
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="cuda: CPU rows too")
     parser.add_argument("--queries", type=int, default=18919)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=BASE_BATCH)
+    parser.add_argument("--fast-batch-size", type=int, default=256, help="the fast rows' batch (lr scaled with it)")
     parser.add_argument("--batches", type=int, default=None, help="timed batches (default: CUDA 100, CPU 40)")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--cpu-compile", action="store_true", help="compile the gpu_fast row on CPU too")
-    parser.add_argument("--skip-cpu", action="store_true", help="CUDA rows only (ratios then against CUDA's reference)")
+    parser.add_argument("--skip-cpu", action="store_true", help="CUDA rows only")
+    parser.add_argument("--profile", action="store_true", help="CPU: where a batch's time goes")
+    parser.add_argument("--quality", action="store_true", help="val ndcg@10, standard vs fast, on 3 data kinds")
+    parser.add_argument("--epochs", type=int, default=4, help="--quality: epochs per run")
+    parser.add_argument("--seeds", type=int, default=3, help="--quality: runs per path")
+    parser.add_argument("--quality-queries", type=int, default=1500, help="--quality: training queries")
+    parser.add_argument("--lr-power", type=float, default=LR_POWER, help="fast rows: lr x (batch / 64) ** this")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
-    data = mslr_like(args.queries)
-    devices = [] if args.skip_cpu else ["cpu"]
-    if args.device != "cpu" and torch.cuda.is_available():
-        devices.append("cuda")
-    epoch_batches = -(-data.num_queries // args.batch_size)
-    print(f"# machine: {machine()}")
-    print(
-        f"# data: {data.num_queries} queries, {len(data.labels):,} documents, {data.num_features} features; "
-        f"batch {args.batch_size} queries; {epoch_batches} batches an epoch"
-    )
-    print("| device | batches from | timed batches | documents/s | one epoch (s) | vs reference | vs CPU resident |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    reference = cpu_resident = None
-    for device in devices:
-        label = f"cuda {torch.cuda.get_device_name()}" if device == "cuda" else "cpu"
-        default = 100 if device == "cuda" else 40
-        batches = min(args.batches or default, epoch_batches - args.warmup)
-        for mode in ("loader", "resident", "fast"):
-            rate, timed = run(data, device, mode, batches, args.warmup, args.batch_size, args.cpu_compile)
-            reference = reference or rate
-            if device == "cpu" and mode == "resident":
-                cpu_resident = rate
-            versus_cpu = f"{rate / cpu_resident:.2f}x" if cpu_resident else "-"
-            name = NAMES[mode]
-            if device == "cpu" and mode == "fast":
-                compiled = "compiled" if args.cpu_compile else "not compiled"
-                name = f"gpu_fast settings on CPU: resident, padded to 256, fused Adam, {compiled}, float32"
-            print(
-                f"| {label} | {name} | {timed} | {rate:,.0f} | {len(data.labels) / rate:.2f} | "
-                f"{rate / reference:.2f}x | {versus_cpu} |",
-                flush=True,
-            )
+    if args.profile:
+        profile(args)
+    elif args.quality:
+        quality(args)
+    else:
+        throughput_table(args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
+from rankers.neural import onednn_mlp
 from rankers.scorers import combined_scores, holds_looped_members, member_count, member_scores
 
 
@@ -175,7 +176,16 @@ class RankerModule(PassLimit, pl.LightningModule):
 
     def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The training loss of a batch (forward and backward); what ``compile`` compiles."""
-        return self._members_loss(member_scores(self.scorer, self.normalizer(features, mask)), labels, mask)
+        return self._members_loss(self._training_members(self.normalizer(features, mask)), labels, mask)
+
+    def _training_members(self, features: Tensor) -> Tensor:
+        """``member_scores`` for training: a plain MLP on CPU in float32 runs through oneDNN
+        (``rankers.neural.onednn_mlp``: the same values and gradients, a faster matmul), anything
+        else through the scorer itself. ``[B, L, F] -> [B, L, K]``."""
+        layers = onednn_mlp.applies(self.scorer, features) if torch.is_grad_enabled() else None
+        if layers is not None:
+            return onednn_mlp.mlp_scores(layers, features).unsqueeze(-1)
+        return member_scores(self.scorer, features)
 
     def _members_loss(self, members: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The loss of the members' scores ``[B, L, K]``. The K members are stacked along the batch

@@ -52,6 +52,18 @@ def test_gpu_fast_composes_its_settings(make_cfg):
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.data.device_resident and cfg.data.pad_multiple == 256
     assert cfg.model.compile == "reduce-overhead" and cfg.model.optimizer.fused
+    untouched = make_cfg("trainer=gpu_fast", tiny=False)  # the tiny test data set their own batch and rate
+    assert untouched.data.batch_size == 128 and untouched.model.optimizer.lr == pytest.approx(0.004)  # 4x
+
+
+def test_cpu_fast_composes_and_trains(make_cfg, tmp_path):
+    untouched = make_cfg("trainer=cpu_fast", tiny=False)
+    assert untouched.data.batch_size == 128 and untouched.model.optimizer.lr == pytest.approx(0.004)
+    assert make_cfg("trainer=cpu_fast", "data.batch_size=8", tiny=False).model.optimizer.lr == pytest.approx(2.5e-4)
+    cfg = make_cfg("trainer=cpu_fast", *EXACT[:2], out=tmp_path / "run")
+    assert cfg.trainer.accelerator == "cpu" and cfg.data.device_resident and cfg.model.optimizer.fused
+    model, trainer = fit(cfg)
+    assert trainer.current_epoch == 2 and all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_fast_path_trains_the_same_model_as_the_default_path(make_cfg, tmp_path, monkeypatch):

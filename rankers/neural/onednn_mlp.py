@@ -1,0 +1,124 @@
+"""A plain MLP's training forward and backward on CPU through oneDNN, one matmul call per product.
+
+Why it exists: on CPU, ``nn.Linear``'s float32 matmuls go to MKL, which on some x86 CPUs (AMD Zen
+measured: the 2-core VM of docs/benchmarks.md) runs an AVX2 code path at under half of what
+oneDNN's AVX-512 kernels reach on the same core (``bench/train_throughput.py`` prints both peaks).
+Training an MLP scorer is mostly these matmuls, so ``RankerModule`` routes a plain
+``Linear -> ReLU -> ... -> Linear`` network through ``MLPFunction`` when it trains on CPU in
+float32: the forward fuses bias and ReLU into each matmul (oneDNN post-ops), the backward computes
+each weight gradient, bias gradient and input gradient with one call each, and never the input
+gradient of the first layer unless the input needs it. The module itself is unchanged (evaluation,
+TorchScript and ONNX export run ``nn.Sequential`` as before); parity with autograd through the same
+``nn.Sequential`` (values and gradients): ``tests/rankers/neural/test_onednn_mlp.py``.
+
+``LTR_CPU_KERNELS=0`` turns it off (as the C++ kernels), as does a torch build without oneDNN's
+``mkldnn::_linear_pointwise`` op.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor, nn
+
+
+def _linear_op():
+    ops = getattr(torch.ops, "mkldnn", None)
+    try:
+        return ops._linear_pointwise.default if ops is not None and torch.backends.mkldnn.is_available() else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_LINEAR = _linear_op()
+
+
+def enabled() -> bool:
+    """Whether the oneDNN path may run (the op exists and ``LTR_CPU_KERNELS`` is not 0)."""
+    return _LINEAR is not None and os.environ.get("LTR_CPU_KERNELS", "1") != "0"
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
+    """``x [N, i] @ weight [o, i]^T (+ bias [o])``, then ReLU if ``relu``: ``[N, o]``, one oneDNN call."""
+    return _LINEAR(x, weight, bias, "relu" if relu else "none", [], "")
+
+
+def plain_layers(scorer: nn.Module) -> list[nn.Linear] | None:
+    """The Linear layers of a scorer that is exactly ``Linear -> ReLU -> ... -> Linear`` (an
+    ``MLPScorer`` with one member, no norm, no dropout, ReLU), else None (the generic path runs)."""
+    layers = getattr(scorer, "layers", None)
+    if not isinstance(layers, nn.Sequential) or getattr(scorer, "members", 1) != 1:
+        return None
+    if getattr(scorer, "standardize_members", False):
+        return None
+    modules = list(layers)
+    linears = modules[0::2]
+    if not linears or len(modules) != 2 * len(linears) - 1:
+        return None
+    if not all(type(m) is nn.Linear for m in linears) or not all(type(m) is nn.ReLU for m in modules[1::2]):
+        return None
+    return linears
+
+
+def applies(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | None:
+    """The layers to run through ``MLPFunction`` for ``features``, or None where the generic path runs:
+    off, not a plain MLP, not float32 on CPU, autocast on, or inside ``torch.compile``."""
+    if not enabled() or features.device.type != "cpu" or features.dtype != torch.float32:
+        return None
+    if torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling():
+        return None
+    layers = plain_layers(scorer)
+    if layers is None:
+        return None
+    parameters = [p for m in layers for p in m.parameters()]
+    return layers if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in parameters) else None
+
+
+def mlp_scores(layers: list[nn.Linear], features: Tensor) -> Tensor:
+    """``features [..., F]`` -> scores ``[...]`` through ``MLPFunction`` (differentiable)."""
+    flat = features.reshape(-1, features.shape[-1]).contiguous()
+    weights = [m.weight for m in layers]
+    biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
+    out = MLPFunction.apply(flat, *weights, *biases)
+    return out.reshape(features.shape[:-1])
+
+
+class MLPFunction(torch.autograd.Function):
+    """``x [N, F]`` through ``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` -> ``[N, 1]``; arguments
+    ``x, W_0 .. W_{n-1}, b_0 .. b_{n-1}``. Saves each layer's input (the ReLU outputs) for backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, *parameters: Tensor) -> Tensor:
+        n = len(parameters) // 2
+        weights, biases = parameters[:n], parameters[n:]
+        inputs = [x]
+        hidden = x
+        for j in range(n):
+            hidden = linear(hidden, weights[j], biases[j], relu=j < n - 1)
+            if j < n - 1:
+                inputs.append(hidden)
+        ctx.save_for_backward(*inputs, *weights)
+        ctx.layers = n
+        return hidden
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        n = ctx.layers
+        saved = ctx.saved_tensors
+        inputs, weights = saved[:n], saved[n:]
+        grad = grad.contiguous()
+        grad_weights: list[Tensor | None] = [None] * n
+        grad_biases: list[Tensor | None] = [None] * n
+        grad_x = None
+        for j in reversed(range(n)):
+            # dW_j = g^T [o, N] @ h_j [N, i]: oneDNN reads the transposed views without copies
+            grad_weights[j] = linear(grad.t(), inputs[j].t(), None)
+            grad_biases[j] = grad.sum(0)
+            if j > 0:
+                grad = linear(grad, weights[j].t(), None)  # [N, i]
+                # ReLU's backward from its output (as autograd's ReLU does): 0 where h_j <= 0
+                grad = torch.ops.aten.threshold_backward(grad, inputs[j], 0)
+            elif ctx.needs_input_grad[0]:
+                grad_x = linear(grad, weights[0].t(), None)
+        return (grad_x, *grad_weights, *grad_biases)
