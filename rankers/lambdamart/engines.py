@@ -152,7 +152,8 @@ def query_ndcg(scores: np.ndarray, split: Split, *, k: int = 10, gain: str = "ex
     padded[1, rows, cols] = split.labels
     mask = np.zeros((n, width), bool)
     mask[rows, cols] = True
-    values = ndcg(torch.from_numpy(padded[0]), torch.from_numpy(padded[1]), torch.from_numpy(mask), k=k, gain=gain, empty=empty)
+    scores_, labels = torch.from_numpy(padded[0]), torch.from_numpy(padded[1])
+    values = ndcg(scores_, labels, torch.from_numpy(mask), k=k, gain=gain, empty=empty)
     return float(values.mean()) if n else 0.0
 
 

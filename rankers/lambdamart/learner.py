@@ -124,7 +124,13 @@ class LambdaMART(Learner):
         if self.model is None:
             return {}
         m = self.model
-        return {"engine": m.engine, "text": m.text, "rounds": m.rounds, "trained": m.trained_rounds, "history": m.history}
+        return {
+            "engine": m.engine,
+            "text": m.text,
+            "rounds": m.rounds,
+            "trained": m.trained_rounds,
+            "history": m.history,
+        }
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self._cache.clear()

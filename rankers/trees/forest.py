@@ -21,7 +21,8 @@ RankLib remain: sklearn tries every midpoint between distinct values as a thresh
 256 equal-width candidates per feature), and its best-first order splits the leaf with the largest
 impurity decrease first (RankLib: the largest squared error).
 
-The scorer (``rankers.trees.ensemble.TreeEnsembleScorer``, shared with boosting) holds every tree as node arrays ``feature, threshold, left,
+The scorer (``rankers.trees.ensemble.TreeEnsembleScorer``, shared with boosting) holds every tree
+as node arrays ``feature, threshold, left,
 right, value, missing_left [T, M]`` (``M = 2 * max_leaves - 1``, padding nodes unused); a leaf
 points to itself, so ``depth`` steps of one gather over all trees at once bring every document to
 its leaf: ``node <- left[node] if x[feature[node]] <= threshold[node] else right[node]``.

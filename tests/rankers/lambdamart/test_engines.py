@@ -90,9 +90,8 @@ def test_tensorized_trees_equal_the_engines_predict(engine: str, case: str) -> N
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_torchscript_and_onnx_export_score_as_the_engine(engine: str, tmp_path) -> None:
-    from rankers.export import export_scorer
-
     from datamodules.normalization import FeatureNormalizer
+    from rankers.export import export_scorer
 
     ort = pytest.importorskip("onnxruntime")
     train = _data(1)
@@ -149,15 +148,15 @@ def test_early_stopping_keeps_the_best_round_of_our_ndcg_and_the_callback_stops(
 
 
 def test_unsupported_options_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="model.min_leaf=5 has no equivalent in xgboost"):
+    with pytest.raises(ValueError, match=r"model.min_leaf=5 has no equivalent in xgboost"):
         check_options("xgboost", {"min_leaf": 5}, {})
-    with pytest.raises(ValueError, match="model.params.linear_tree"):
+    with pytest.raises(ValueError, match=r"model.params.linear_tree"):
         check_options("lightgbm", {}, {"linear_tree": True})
-    with pytest.raises(ValueError, match="model.params.num_leaf: set model.max_leaves"):
+    with pytest.raises(ValueError, match=r"model.params.num_leaf: set model.max_leaves"):
         check_options("lightgbm", {}, {"num_leaf": 7})
-    with pytest.raises(ValueError, match="model.params.num_leavs is not a LightGBM parameter"):
+    with pytest.raises(ValueError, match=r"model.params.num_leavs is not a LightGBM parameter"):
         check_options("lightgbm", {}, {"num_leavs": 7})
-    with pytest.raises(ValueError, match="model.params.booster"):
+    with pytest.raises(ValueError, match=r"model.params.booster"):
         check_options("xgboost", {}, {"booster": "gblinear"})
-    with pytest.raises(ValueError, match="model.engine must be one of"):
+    with pytest.raises(ValueError, match=r"model.engine must be one of"):
         check_options("catboost", {}, {})
