@@ -21,7 +21,9 @@ from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from metrics import ranking_metrics
+from rankers import harness
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
+from rankers.learner import Learner
 from rankers.report import write_report
 from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
 
@@ -232,6 +234,10 @@ def fit(cfg: DictConfig, datamodule: Any, out: Path) -> Fitted:
     selection_seconds = time.perf_counter() - start  # part of the fit's cost: in fit_seconds
     model = instantiate(cfg.model, **datamodule.model_inputs())
     loggers = _instantiate_group(cfg.get("logger"))
+    if isinstance(model, Learner):  # not trained by gradient steps: the learner harness runs it
+        for logger in loggers:
+            logger.log_hyperparams(_flat_hparams(cfg), {f"{model.monitor}_best": 0.0})
+        return harness.fit(cfg, model, datamodule, out, loggers)
     validating = getattr(datamodule, "has_validation", True)
     if validating:
         callbacks = _instantiate_group(cfg.get("callbacks"))
@@ -266,6 +272,8 @@ def report(
 ) -> dict[str, Any]:
     """Validate and test the best checkpoint of a fit, export it and write ``results.json`` (with
     ``extra``'s entries added: ``model=auto``'s selection table and bound)."""
+    if isinstance(fitted.model, Learner):
+        return harness.report(cfg, fitted, datamodule, out, extra=extra)
     model, trainer, validating, selection = fitted.model, fitted.trainer, fitted.validating, fitted.selection
     selection_seconds = fitted.selection_seconds
     best = fitted.best_checkpoint

@@ -1,0 +1,418 @@
+"""The harness that runs every ``rankers.learner.Learner`` under ``train.py``.
+
+It owns what each family used to re-implement inside a LightningModule with a no-op optimizer:
+whole-split collection from the datamodule (once, here), the single-process check, the fit (or one
+``partial_fit`` per epoch for a stream), TensorBoard scalars through the configured loggers, atomic
+checkpoints carrying the run's identity, resume from ``ckpt_path=`` (refusing another run's
+checkpoint), val/test list metrics (``metrics.ranking_metrics``), and the export (``rankers.export``).
+
+``rankers.pipeline.fit`` / ``report`` route an instantiated ``Learner`` here; results.json has the
+keys the Lightning path writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
+
+from datamodules.normalization import FeatureNormalizer
+from metrics import monitor_mode, ranking_metrics
+from rankers.export import export_scorer
+from rankers.learner import LabelSplit, Learner, QuerySplit, Split
+from rankers.report import write_report
+from rankers.threads import torch_threads
+
+log = logging.getLogger(__name__)
+
+# exit codes of an interrupted run (128 + the signal's number, as shells report them; as rankers.pipeline)
+EXIT_SIGTERM, EXIT_SIGINT = 143, 130
+EVAL_CHUNK = 256  # queries scored at once in evaluation: bounded padded memory
+
+
+# -- splits ------------------------------------------------------------------------------------
+def _from_batches(batches: Iterable[dict]) -> Split | None:
+    """A split from iterated batches: padded query batches (``mask``), ordinal stream slices
+    (``features [B, d]``, ``labels [B]``: the whole stream is one query, in stream order, marked
+    ``stream``), or multilabel batches (``labels [B, K]`` without a mask: a ``LabelSplit``)."""
+    features, labels, lengths = [], [], []
+    kinds = set()
+    for batch in batches:
+        x, y = batch["features"].cpu(), batch["labels"].cpu()
+        if "mask" in batch:
+            kinds.add("queries")
+            mask = batch["mask"].cpu()
+            features.append(x[mask])
+            labels.append(y[mask].float())
+            lengths.extend(mask.sum(1).tolist())
+        else:
+            kinds.add("multilabel" if y.ndim == 2 else "stream")
+            features.append(x)
+            labels.append(y)
+    if len(kinds) > 1:
+        raise ValueError(f"a loader mixes batch kinds {sorted(kinds)}")
+    if not features:
+        return None
+    if kinds == {"multilabel"}:
+        return LabelSplit(torch.cat(features).float(), torch.cat(labels).bool())
+    if kinds == {"stream"}:
+        lengths = [sum(len(y) for y in labels)]
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
+    offsets[1:] = torch.tensor(lengths, dtype=torch.long).cumsum(0)
+    return QuerySplit(torch.cat(features).float(), torch.cat(labels).float(), offsets, stream=kinds == {"stream"})
+
+
+def collect_split(loader: Any) -> Split | None:
+    """The whole split behind a loader, every document of every query (never list-sampled batches).
+
+    The one place that knows the loaders' insides: a ``QueryDataset`` (``features``, ``labels``,
+    ``offsets``), ``DeviceBatches`` (``starts``, ``lengths``), anything else iterated once.
+    """
+    if loader is None:
+        return None
+    dataset = getattr(loader, "dataset", None)
+    if all(hasattr(dataset, name) for name in ("features", "labels", "offsets")):  # QueryDataset
+        parts = dataset.features, dataset.labels, dataset.offsets
+    elif all(hasattr(loader, name) for name in ("features", "labels", "starts", "lengths")):  # DeviceBatches
+        offsets = torch.cat([loader.starts, loader.starts[-1:] + loader.lengths[-1:]])
+        parts = loader.features, loader.labels, offsets
+    else:
+        return _from_batches(loader)
+    features, labels, offsets = (torch.as_tensor(t).cpu() for t in parts)
+    return QuerySplit(features.float(), labels.float(), offsets.long())
+
+
+def collect_splits(datamodule: Any, *, test: bool) -> dict[str, Split]:
+    """``train`` and, when the datamodule has them, ``val`` and ``test``."""
+    splits = {"train": collect_split(datamodule.train_dataloader())}
+    if getattr(datamodule, "has_validation", True):
+        val = collect_split(datamodule.val_dataloader())
+        if val is not None:
+            splits["val"] = val
+    if test and getattr(datamodule, "has_test", True):
+        datamodule.setup("test")
+        held_out = collect_split(datamodule.test_dataloader())
+        if held_out is not None:
+            splits["test"] = held_out
+    if splits["train"] is None:
+        raise ValueError("the training loader is empty: nothing to fit")
+    return splits
+
+
+def split_is_stream(split: Split) -> bool:
+    """An ordinal stream collected as one query (the data has no query structure)."""
+    return isinstance(split, QuerySplit) and split.stream
+
+
+# -- the single-process check ------------------------------------------------------------------
+def refuse_distributed(cfg: DictConfig, what: str) -> None:
+    """A learner fits in this process; a DDP trainer would relaunch it on every rank."""
+    trainer = cfg.get("trainer") or {}
+    devices, strategy = trainer.get("devices", 1), str(trainer.get("strategy", "") or "")
+    if (
+        "ddp" in strategy.lower()
+        or devices not in (1, "1", None, "auto")
+        or trainer.get("num_nodes", 1)
+        not in (
+            1,
+            "1",
+        )
+    ):
+        raise ValueError(
+            f"{what} fits in one process: run it with trainer.devices=1 and no DDP strategy "
+            f"(got devices={devices}, strategy={strategy!r}, num_nodes={trainer.get('num_nodes', 1)})"
+        )
+
+
+def trainer_device(cfg: DictConfig) -> torch.device:
+    """The device ``trainer.accelerator`` asks for (``gpu``/``cuda`` when CUDA is there, else CPU)."""
+    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ValueError(f"trainer.accelerator={accelerator} but CUDA is not available")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+# -- run identity and checkpoints --------------------------------------------------------------
+def run_identity(cfg: DictConfig) -> dict[str, str]:
+    """What a checkpoint belongs to: the model class and a fingerprint of the resolved model and data
+    config (paths of this machine included: a checkpoint of other data is another run)."""
+    resolved = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data") if key in cfg}
+    text = json.dumps(resolved, sort_keys=True, default=str)
+    return {"model": str(cfg.model.get("_target_", "")), "fingerprint": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def save_checkpoint(path: Path, learner: Learner, identity: dict[str, str], epoch: int, **extra: Any) -> None:
+    """Write atomically (a tmp file, then ``os.replace``): a crash never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save({"state_dict": learner.state_dict(), "run_identity": identity, "epoch": epoch, **extra}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, learner: Learner, identity: dict[str, str]) -> dict[str, Any]:
+    """Load a checkpoint into ``learner``; refuse one written by another run, naming both."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    theirs = checkpoint.get("run_identity")
+    if theirs != identity:
+        raise ValueError(
+            f"ckpt_path={path} belongs to another run: it holds {theirs}, this run is {identity} "
+            "(another model or data config); start without ckpt_path or give this run's checkpoint"
+        )
+    learner.load_state_dict(checkpoint["state_dict"])
+    return checkpoint
+
+
+# -- logging and stopping ----------------------------------------------------------------------
+@dataclass
+class HarnessLog:
+    """``FitLog`` over the configured Lightning loggers; ``should_stop`` after SIGTERM/SIGINT."""
+
+    loggers: list[Any]
+    signal_name: str | None = None
+
+    def scalar(self, name: str, value: float, step: int) -> None:
+        for logger in self.loggers:
+            logger.log_metrics({name: float(value)}, step=int(step))
+
+    def should_stop(self) -> bool:
+        return self.signal_name is not None
+
+    @contextmanager
+    def catching_signals(self) -> Iterator[None]:
+        """While fitting, SIGTERM and SIGINT ask the learner to stop at its next safe point."""
+        names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+
+        def handler(signum: int, frame: Any) -> None:
+            self.signal_name = names[signum]
+
+        try:
+            previous = {s: signal.signal(s, handler) for s in names}
+        except ValueError:  # not the main thread: signals stay as they are
+            yield
+            return
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+# -- evaluation --------------------------------------------------------------------------------
+def scores_of(learner: Learner, split: QuerySplit) -> Tensor:
+    """The learner's scores ``[N]`` of every document of ``split`` (flat, in split order)."""
+    device = learner.device
+    parts = []
+    with torch.no_grad():
+        for first in range(0, split.n_queries, EVAL_CHUNK):
+            batch = split.padded(slice(first, first + EVAL_CHUNK))
+            mask = batch["mask"].to(device)
+            parts.append(learner(batch["features"].to(device), mask)[mask].float().cpu())
+    return torch.cat(parts) if parts else torch.zeros(0)
+
+
+def evaluate(learner: Learner, split: Split) -> dict[str, float]:
+    """``ndcg@k``, ``map``, ``mrr`` of the learner's scores on a query split, plus the family's own
+    metrics (``Learner.evaluate``)."""
+    learner.eval()
+    if isinstance(split, LabelSplit):
+        return learner.evaluate(split, None)
+    scores = scores_of(learner, split)
+    results: dict[str, float] = {}
+    if not split_is_stream(split) or learner.ranks_streams:
+        metrics = ranking_metrics(learner.ks, gain=learner.gain, empty=learner.empty)
+        padded_scores = QuerySplit(scores[:, None], split.labels, split.offsets).padded()["features"][..., 0]
+        for first in range(0, split.n_queries, EVAL_CHUNK):
+            part = slice(first, first + EVAL_CHUNK)
+            batch = split.padded(part)
+            for metric in metrics.values():
+                metric.update(padded_scores[part], batch["labels"], batch["mask"])
+        results = {name: float(metric.compute()) for name, metric in metrics.items()}
+    return {**results, **learner.evaluate(split, scores)}
+
+
+def random_baseline(split: Split, seed: int) -> dict[str, float]:
+    """Test metrics of uniformly random scores: the floor a trained ranker must clear."""
+    if not isinstance(split, QuerySplit) or split_is_stream(split):
+        return {}
+    batch = split.padded()
+    scores = torch.rand(batch["mask"].shape, generator=torch.Generator().manual_seed(seed))
+    metrics = ranking_metrics()
+    return {
+        name: float(metric(scores, batch["labels"], batch["mask"]))
+        for name, metric in metrics.items()
+        if name in ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
+    }
+
+
+# -- fit ---------------------------------------------------------------------------------------
+@dataclass
+class LearnerFit:
+    """A fitted learner; the attributes ``rankers.pipeline.Fitted`` has, so that ``model=auto``'s
+    fold fits read either alike."""
+
+    model: Learner
+    splits: dict[str, Split]
+    fit_seconds: float
+    epochs: int
+    validating: bool
+    trainer: None = None
+    selection: Any = None
+    selection_seconds: float = 0.0
+    best_checkpoint: str = ""
+    history: dict[str, Any] = field(default_factory=dict)
+
+
+def _better(value: float, best: float | None, mode: str) -> bool:
+    return best is None or (value < best if mode == "min" else value > best)
+
+
+def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: list[Any]) -> LearnerFit:
+    """Collect the splits, place the learner, fit it (resuming from ``cfg.ckpt_path``), checkpoint."""
+    name = type(learner).__name__
+    refuse_distributed(cfg, name)
+    splits = collect_splits(datamodule, test=False)
+    device = learner.device_policy(trainer_device(cfg))
+    learner.to(device)
+    identity = run_identity(cfg)
+    last = out / "checkpoints" / "last.ckpt"
+    start_epoch = 0
+    if cfg.get("ckpt_path"):
+        start_epoch = int(load_checkpoint(cfg.ckpt_path, learner, identity).get("epoch", 0))
+        learner.to(device)
+        log.info("resumed %s from %s at epoch %d", name, cfg.ckpt_path, start_epoch)
+    train, val = splits["train"].to(device), splits.get("val")
+    fit_log = HarnessLog(loggers)
+    threads = getattr(learner, "cpu_threads", None) if device.type == "cpu" else None
+    started = time.perf_counter()
+    epochs, best_path = start_epoch, ""
+    with torch_threads(threads), fit_log.catching_signals():
+        if not learner.streaming:
+            # resumed or not: a learner continues from its state (RankBoost's rounds so far)
+            learner.fit(train, None if val is None else val.to(device), log=fit_log)
+            epochs = 1
+        else:
+            epochs, best_path = _stream(cfg, learner, train, val, fit_log, identity, out, start_epoch)
+    fit_seconds = time.perf_counter() - started
+    save_checkpoint(last, learner, identity, epochs)
+    if fit_log.should_stop():
+        _exit_interrupted(fit_log.signal_name, epochs, fit_seconds, last, out)
+    if best_path:  # the streams' best validated epoch is what is evaluated and exported (as Lightning's)
+        learner.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"])
+        learner.to(device)
+    return LearnerFit(learner, splits, fit_seconds, epochs, "val" in splits, best_checkpoint=best_path)
+
+
+def _stream(
+    cfg: DictConfig,
+    learner: Learner,
+    train: Split,
+    val: Split | None,
+    fit_log: HarnessLog,
+    identity: dict[str, str],
+    out: Path,
+    start_epoch: int,
+) -> tuple[int, str]:
+    """One ``partial_fit`` per epoch; validation after each, the best epoch checkpointed."""
+    total = int(getattr(learner, "epochs", None) or cfg.trainer.max_epochs)
+    mode, best, best_path = monitor_mode(learner.monitor), None, ""
+    epoch = start_epoch
+    for epoch in range(start_epoch, total):
+        learner.train()
+        learner.partial_fit(train, epoch=epoch, log=fit_log)
+        if val is not None:
+            values = evaluate(learner, val)
+            for key, value in values.items():
+                fit_log.scalar(f"val/{key}", value, epoch + 1)
+            key = learner.monitor.removeprefix("val/")
+            if key in values and _better(values[key], best, mode):
+                best = values[key]
+                best_path = str(out / "checkpoints" / "best.ckpt")
+                save_checkpoint(Path(best_path), learner, identity, epoch + 1, monitor={learner.monitor: best})
+        if fit_log.should_stop():
+            return epoch + 1, ""
+    return max(epoch + 1, start_epoch), best_path
+
+
+def _exit_interrupted(signal_name: str | None, epochs: int, seconds: float, last: Path, out: Path) -> None:
+    record = {"interrupted": signal_name, "epochs": epochs, "fit_seconds": seconds, "resume": f"ckpt_path={last}"}
+    (out / "results.json").write_text(json.dumps(record, indent=2))
+    log.error("interrupted by %s after %d epochs; resume with ckpt_path=%s", signal_name, epochs, last)
+    raise SystemExit(EXIT_SIGTERM if signal_name == "SIGTERM" else EXIT_SIGINT)
+
+
+# -- report ------------------------------------------------------------------------------------
+def report(
+    cfg: DictConfig, fitted: LearnerFit, datamodule: Any, out: Path, *, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate and test the fitted learner, export its scorer, write ``results.json`` and ``report.png``."""
+    learner, splits = fitted.model, fitted.splits
+    threads = getattr(learner, "cpu_threads", None) if learner.device.type == "cpu" else None
+    with torch_threads(threads):
+        results: dict[str, Any] = {
+            "val": evaluate(learner, splits["val"]) if "val" in splits else {},
+            "fit_seconds": fitted.fit_seconds,
+            "epochs": fitted.epochs,
+            "best_checkpoint": fitted.best_checkpoint,
+            "seed": cfg.seed,
+            "world_size": 1,
+            "num_nodes": 1,
+            "data": getattr(datamodule, "statistics", {}),
+            "conventions": {"gain": learner.gain, "empty": learner.empty, "ties": "list position"},
+            **learner.fit_results(),
+        }
+        if cfg.get("test", True):
+            test = collect_splits(datamodule, test=True).get("test")
+            if test is not None:
+                results["test"] = evaluate(learner, test)
+                baseline = random_baseline(test, int(cfg.seed))
+                if baseline:
+                    results["test_random_scores"] = baseline
+    _refuse_divergence(learner, results, out)
+    if cfg.get("export", True):
+        results["export"] = export(learner, out / "export", splits["train"])
+    results.update(extra or {})
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    try:
+        write_report(out, results, title=f"{cfg.get('task_name', 'train')}: {cfg.model.get('_target_', '')}")
+    except Exception as error:  # a plot that fails is a warning, never a failed run that trained
+        log.warning("no report.png: %s: %s", type(error).__name__, error)
+    log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
+    return results
+
+
+def _refuse_divergence(learner: Learner, results: dict[str, Any], out: Path) -> None:
+    bad = [f"{s}/{k}" for s in ("val", "test") for k, v in results.get(s, {}).items() if not math.isfinite(v)]
+    bad += [f"state {k}" for k, v in learner.state_dict().items() if v.is_floating_point() and not v.isfinite().all()]
+    if bad:
+        message = f"the fit is not finite: {', '.join(bad[:8])}"
+        (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
+        raise RuntimeError(message)
+
+
+def export(learner: Learner, out_dir: Path, train: Split) -> dict[str, str]:
+    """``scorer.pt`` / ``scorer.onnx`` / ``meta.json`` of ``learner.scorer()`` (raw ``[L, F]`` -> ``[L]``),
+    plus the family's own files (``Learner.export_extra``)."""
+    n_features = train.features.shape[1]
+    scorer = learner.scorer().cpu().eval()
+    paths = export_scorer(FeatureNormalizer("none", num_features=n_features), scorer, out_dir, n_features)
+    meta_path = Path(paths["meta"])
+    meta = json.loads(meta_path.read_text())
+    normalizer = getattr(learner, "normalizer", None)
+    meta.update(model=learner.name, normalization=getattr(normalizer, "kind", "none"), **learner.export_meta())
+    meta_path.write_text(json.dumps(meta, indent=1))
+    return {**paths, **learner.export_extra(str(out_dir))}
