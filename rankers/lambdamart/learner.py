@@ -14,6 +14,7 @@ exported scorer is the engine's trees, tensorized (``rankers.trees.ensemble``): 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,6 +67,9 @@ class LambdaMART(Learner):
     """
 
     name = "lambdamart"
+    # a traversal step is a few gathers: one torch thread scores fastest on busy cores (docs/trees.md);
+    # the engines' own threads (OpenMP) are not torch's
+    cpu_threads = 1
 
     def __init__(
         self,
@@ -120,26 +124,27 @@ class LambdaMART(Learner):
         self._cache: dict[str, nn.Module] = {}
 
     # -- state: the engine's own model text (nn.Module extra state) ------------------------------
-    def get_extra_state(self) -> dict[str, Any]:
+    def get_extra_state(self) -> Tensor:
+        """The engine's model and rounds as JSON bytes in a uint8 tensor ``[B]`` (a tensor, so that
+        whatever walks ``state_dict()`` values meets tensors only; empty before a fit)."""
         if self.model is None:
-            return {}
+            return torch.zeros(0, dtype=torch.uint8)
         m = self.model
-        return {
-            "engine": m.engine,
-            "text": m.text,
-            "rounds": m.rounds,
-            "trained": m.trained_rounds,
-            "history": m.history,
-        }
+        state = {"engine": m.engine, "text": m.text, "rounds": m.rounds, "trained": m.trained_rounds}
+        text = json.dumps({**state, "history": m.history})
+        return torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8).clone()
 
-    def set_extra_state(self, state: dict[str, Any]) -> None:
+    def set_extra_state(self, state: Tensor) -> None:
         self._cache.clear()
-        if not state:
+        if state.numel() == 0:
             self.model = None
             return
-        if state["engine"] != self.engine:
-            raise ValueError(f"a checkpoint of model.engine={state['engine']}, this run is engine={self.engine}")
-        self.model = EngineModel(state["engine"], state["text"], state["rounds"], state["trained"], state["history"])
+        record = json.loads(bytes(state.cpu().numpy().tobytes()).decode())
+        if record["engine"] != self.engine:
+            raise ValueError(f"a checkpoint of model.engine={record['engine']}, this run is engine={self.engine}")
+        self.model = EngineModel(
+            record["engine"], record["text"], record["rounds"], record["trained"], record["history"]
+        )
 
     # -- fit --------------------------------------------------------------------------------------
     def fit(self, train: QuerySplit, val: QuerySplit | None, *, log: FitLog) -> None:
@@ -203,6 +208,15 @@ class LambdaMART(Learner):
         booster.load_model(bytearray(self.model.text.encode()))
         matrix = xgb.DMatrix(features)
         return booster.predict(matrix, iteration_range=(0, self.model.rounds), output_margin=True)
+
+    def export_meta(self) -> dict:
+        m = self.model
+        return {
+            "engine": self.engine,
+            "trees": m.rounds if m is not None else 0,
+            "nan": "each split sends NaN (and, for LightGBM's zero-as-missing splits, zero) where the engine's "
+            "predict does; +inf right, -inf left",
+        }
 
     def fit_results(self) -> dict:
         if self.model is None:
