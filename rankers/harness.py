@@ -31,6 +31,7 @@ from torch import Tensor
 
 from datamodules.normalization import FeatureNormalizer
 from metrics import monitor_mode, ranking_metrics
+from rankers import budget
 from rankers.export import export_scorer
 from rankers.learner import LabelSplit, Learner, QuerySplit, Split
 from rankers.report import write_report
@@ -190,7 +191,8 @@ class HarnessLog:
             logger.log_metrics({name: float(value)}, step=int(step))
 
     def should_stop(self) -> bool:
-        return self.signal_name is not None
+        # a signal, or model=auto's budget (rankers.budget: a deadline, polled here at the learner's safe points)
+        return self.signal_name is not None or budget.expired()
 
     @contextmanager
     def catching_signals(self) -> Iterator[None]:
@@ -309,7 +311,7 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
             epochs, best_path = _stream(cfg, learner, train, val, fit_log, identity, out, start_epoch)
     fit_seconds = time.perf_counter() - started
     save_checkpoint(last, learner, identity, epochs)
-    if fit_log.should_stop():
+    if fit_log.signal_name is not None:  # a budget's stop is not an interruption: model=auto drops the fit
         _exit_interrupted(fit_log.signal_name, epochs, fit_seconds, last, out)
     if best_path:  # the streams' best validated epoch is what is evaluated and exported (as Lightning's)
         learner.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"])
