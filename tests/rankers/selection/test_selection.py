@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from datamodules.letor_io import read_letor
+from rankers import budget
 from rankers.epoch_selection import query_folds
 from rankers.pipeline import train
 from rankers.score import score_file
 from rankers.selection import run as selection_run
 from rankers.selection.cv import CandidateResult, choose, first_fold_allowance, parse_candidate, plan_budget
-from rankers import budget
 from rankers.selection.run import budget_seconds, cross_validate, train_auto
 
 FAST = ["rankboost model.rounds=20", "committee_perceptron model.committee_size=5 model.n_runs=1"]
