@@ -91,13 +91,11 @@ def main() -> None:
     diff = float(np.abs(ours() - engine()).max())
     ours_s, engine_s = best_seconds(ours, args.timings), best_seconds(engine, args.timings)
     n = len(x)
-    print(
-        f"{machine()}; {args.engine}, {model.rounds} trees (deepest leaf {scorer.depth}), {n} documents x {width} features"
-    )
+    trees = f"{model.rounds} trees (deepest leaf {scorer.depth})"
+    print(f"{machine()}; {args.engine}, {trees}, {n} documents x {width} features")
     print("| scorer | documents/s | s per call | ratio to the engine |\n|---|---:|---:|---:|")
-    print(
-        f"| tensorized ensemble, TorchScript, {device}, {args.threads} torch thread(s) | {n / ours_s:,.0f} | {ours_s:.4f} | {engine_s / ours_s:.2f}x |"
-    )
+    name = f"tensorized ensemble, TorchScript, {device}, {args.threads} torch thread(s)"
+    print(f"| {name} | {n / ours_s:,.0f} | {ours_s:.4f} | {engine_s / ours_s:.2f}x |")
     print(f"| {args.engine} predict (its own threads) | {n / engine_s:,.0f} | {engine_s:.4f} | 1.00x |")
     print(f"largest |difference| between the two: {diff:.2e}")
 
