@@ -54,6 +54,20 @@ def export_scorer(
     return paths
 
 
+def export_learner(learner: nn.Module, out_dir: str | Path, n_features: int) -> dict[str, str]:
+    """A ``rankers.learner.Learner``'s export: ``scorer()`` (raw ``[L, F]`` -> ``[L]``, its normalizer
+    inside) as ``scorer.pt`` / ``scorer.onnx``, ``meta.json`` with the family's entries
+    (``export_meta``), and the family's own files (``export_extra``)."""
+    scorer = learner.scorer().cpu().eval()
+    paths = export_scorer(FeatureNormalizer("none", num_features=n_features), scorer, out_dir, n_features)
+    meta_path = Path(paths["meta"])
+    meta = json.loads(meta_path.read_text())
+    normalizer = getattr(learner, "normalizer", None)
+    meta.update(model=learner.name, normalization=getattr(normalizer, "kind", "none"), **learner.export_meta())
+    meta_path.write_text(json.dumps(meta, indent=1))
+    return {**paths, **learner.export_extra(str(out_dir))}
+
+
 def export_onnx(module: nn.Module, example: Tensor, path: str, *, rows: str = "documents") -> None:
     """ONNX of ``module``: input ``features [rows, F]`` (``rows`` dynamic, named as given), output ``scores``."""
     quiet_third_party()  # the exporter's torchvision notices and torch's LeafSpec deprecation

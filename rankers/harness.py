@@ -21,7 +21,7 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
-from datamodules.normalization import FeatureNormalizer
 from metrics import monitor_mode, ranking_metrics
 from rankers import budget
-from rankers.export import export_scorer
 from rankers.learner import LabelSplit, Learner, QuerySplit, Split
+from rankers.list_metrics import random_baseline
 from rankers.report import write_report
 from rankers.threads import torch_threads
 
@@ -161,7 +160,14 @@ def save_checkpoint(path: Path, learner: Learner, identity: dict[str, str], epoc
     """Write atomically (a tmp file, then ``os.replace``): a crash never leaves half a checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"state_dict": learner.state_dict(), "run_identity": identity, "epoch": epoch, **extra}, tmp)
+    checkpoint = {
+        "state_dict": learner.state_dict(),
+        "hyper_parameters": dict(learner.hparams),
+        "run_identity": identity,
+        "epoch": epoch,
+        **extra,
+    }
+    torch.save(checkpoint, tmp)
     os.replace(tmp, path)
 
 
@@ -227,12 +233,12 @@ def scores_of(learner: Learner, split: QuerySplit) -> Tensor:
     return torch.cat(parts) if parts else torch.zeros(0)
 
 
-def evaluate(learner: Learner, split: Split) -> dict[str, float]:
+def evaluate(learner: Learner, split: Split, stage: str) -> dict[str, float]:
     """``ndcg@k``, ``map``, ``mrr`` of the learner's scores on a query split, plus the family's own
     metrics (``Learner.evaluate``)."""
     learner.eval()
     if isinstance(split, LabelSplit):
-        return learner.evaluate(split, None)
+        return learner.evaluate(split, None, stage=stage)
     scores = scores_of(learner, split)
     results: dict[str, float] = {}
     if not split_is_stream(split) or learner.ranks_streams:
@@ -244,21 +250,7 @@ def evaluate(learner: Learner, split: Split) -> dict[str, float]:
             for metric in metrics.values():
                 metric.update(padded_scores[part], batch["labels"], batch["mask"])
         results = {name: float(metric.compute()) for name, metric in metrics.items()}
-    return {**results, **learner.evaluate(split, scores)}
-
-
-def random_baseline(split: Split, seed: int) -> dict[str, float]:
-    """Test metrics of uniformly random scores: the floor a trained ranker must clear."""
-    if not isinstance(split, QuerySplit) or split_is_stream(split):
-        return {}
-    batch = split.padded()
-    scores = torch.rand(batch["mask"].shape, generator=torch.Generator().manual_seed(seed))
-    metrics = ranking_metrics()
-    return {
-        name: float(metric(scores, batch["labels"], batch["mask"]))
-        for name, metric in metrics.items()
-        if name in ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
-    }
+    return {**results, **learner.evaluate(split, scores, stage=stage)}
 
 
 # -- fit ---------------------------------------------------------------------------------------
@@ -276,7 +268,7 @@ class LearnerFit:
     selection: Any = None
     selection_seconds: float = 0.0
     best_checkpoint: str = ""
-    history: dict[str, Any] = field(default_factory=dict)
+    val_metrics: dict[str, float] | None = None  # of the model evaluated and exported
 
 
 def _better(value: float, best: float | None, mode: str) -> bool:
@@ -316,7 +308,16 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
     if best_path:  # the streams' best validated epoch is what is evaluated and exported (as Lightning's)
         learner.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"])
         learner.to(device)
-    return LearnerFit(learner, splits, fit_seconds, epochs, "val" in splits, best_checkpoint=best_path)
+    val_metrics = None
+    if val is not None:  # the fitted (or best) model's validation metrics, logged as Lightning's
+        with torch_threads(threads):
+            val_metrics = evaluate(learner, val, "val")
+        for key, value in val_metrics.items():
+            fit_log.scalar(f"val/{key}", value, epochs)
+    best = best_path or str(last)
+    return LearnerFit(
+        learner, splits, fit_seconds, epochs, val is not None, best_checkpoint=best, val_metrics=val_metrics
+    )
 
 
 def _stream(
@@ -336,8 +337,9 @@ def _stream(
     for epoch in range(start_epoch, total):
         learner.train()
         learner.partial_fit(train, epoch=epoch, log=fit_log)
+        learner.select_on(val)
         if val is not None:
-            values = evaluate(learner, val)
+            values = evaluate(learner, val, "val")
             for key, value in values.items():
                 fit_log.scalar(f"val/{key}", value, epoch + 1)
             key = learner.monitor.removeprefix("val/")
@@ -362,11 +364,11 @@ def report(
     cfg: DictConfig, fitted: LearnerFit, datamodule: Any, out: Path, *, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Validate and test the fitted learner, export its scorer, write ``results.json`` and ``report.png``."""
-    learner, splits = fitted.model, fitted.splits
+    learner = fitted.model
     threads = getattr(learner, "cpu_threads", None) if learner.device.type == "cpu" else None
     with torch_threads(threads):
         results: dict[str, Any] = {
-            "val": evaluate(learner, splits["val"]) if "val" in splits else {},
+            "val": fitted.val_metrics if fitted.val_metrics is not None else {},
             "fit_seconds": fitted.fit_seconds,
             "epochs": fitted.epochs,
             "best_checkpoint": fitted.best_checkpoint,
@@ -380,13 +382,13 @@ def report(
         if cfg.get("test", True):
             test = collect_splits(datamodule, test=True).get("test")
             if test is not None:
-                results["test"] = evaluate(learner, test)
-                baseline = random_baseline(test, int(cfg.seed))
+                results["test"] = evaluate(learner, test, "test")
+                baseline = random_baseline(datamodule, int(cfg.seed))
                 if baseline:
                     results["test_random_scores"] = baseline
     _refuse_divergence(learner, results, out)
     if cfg.get("export", True):
-        results["export"] = export(learner, out / "export", splits["train"])
+        results["export"] = learner.export_model(out / "export")
     results.update(extra or {})
     (out / "results.json").write_text(json.dumps(results, indent=2))
     try:
@@ -399,22 +401,10 @@ def report(
 
 def _refuse_divergence(learner: Learner, results: dict[str, Any], out: Path) -> None:
     bad = [f"{s}/{k}" for s in ("val", "test") for k, v in results.get(s, {}).items() if not math.isfinite(v)]
-    bad += [f"state {k}" for k, v in learner.state_dict().items() if v.is_floating_point() and not v.isfinite().all()]
+    # buffers may hold infinities by design (a leaf's +inf threshold); NaN is never a fitted state
+    state = learner.state_dict().items()
+    bad += [f"state {k}" for k, v in state if isinstance(v, Tensor) and v.is_floating_point() and v.isnan().any()]
     if bad:
         message = f"the fit is not finite: {', '.join(bad[:8])}"
         (out / "results.json").write_text(json.dumps({**results, "error": message}, indent=2))
         raise RuntimeError(message)
-
-
-def export(learner: Learner, out_dir: Path, train: Split) -> dict[str, str]:
-    """``scorer.pt`` / ``scorer.onnx`` / ``meta.json`` of ``learner.scorer()`` (raw ``[L, F]`` -> ``[L]``),
-    plus the family's own files (``Learner.export_extra``)."""
-    n_features = train.features.shape[1]
-    scorer = learner.scorer().cpu().eval()
-    paths = export_scorer(FeatureNormalizer("none", num_features=n_features), scorer, out_dir, n_features)
-    meta_path = Path(paths["meta"])
-    meta = json.loads(meta_path.read_text())
-    normalizer = getattr(learner, "normalizer", None)
-    meta.update(model=learner.name, normalization=getattr(normalizer, "kind", "none"), **learner.export_meta())
-    meta_path.write_text(json.dumps(meta, indent=1))
-    return {**paths, **learner.export_extra(str(out_dir))}

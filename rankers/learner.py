@@ -13,12 +13,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Protocol
 
 import torch
+from pytorch_lightning.core.mixins import HyperparametersMixin
 from torch import Tensor, nn
 
 from datamodules.batching import Batch, pad_batch
+from rankers.export import export_learner
 
 
 @dataclass
@@ -60,6 +63,17 @@ class QuerySplit:
         starts, ends = self.offsets[:-1][queries], self.offsets[1:][queries]
         return pad_batch(self.features, self.labels, starts, ends - starts)
 
+    def normalized(self, normalizer: nn.Module, chunk: int = 256) -> Tensor:
+        """The flat features ``[N, F]`` through ``normalizer`` as evaluation and the export apply it:
+        a per-query normalizer (``query_zscore``) within each query, any other one document-wise."""
+        if getattr(normalizer, "kind", "none") != "query_zscore":
+            return normalizer(self.features[None], None)[0]
+        parts = []
+        for first in range(0, self.n_queries, chunk):  # bounded padded memory
+            batch = self.padded(slice(first, first + chunk))
+            parts.append(normalizer(batch["features"], batch["mask"])[batch["mask"]])
+        return torch.cat(parts) if parts else self.features
+
     def to(self, device: torch.device | str) -> QuerySplit:
         moved = (t.to(device) for t in (self.features, self.labels, self.offsets))
         return QuerySplit(*moved, stream=self.stream)
@@ -91,6 +105,18 @@ class LabelSplit:
 Split = QuerySplit | LabelSplit
 
 
+class Normalized(nn.Module):
+    """``scorer(normalizer(features))``: a scorer of normalized features as one of raw features
+    ``[..., L, F] -> [..., L]`` (the form ``Learner.scorer`` returns and the export takes)."""
+
+    def __init__(self, normalizer: nn.Module, scorer: nn.Module) -> None:
+        super().__init__()
+        self.normalizer, self.scorer = normalizer, scorer
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.scorer(self.normalizer(features, None))
+
+
 class FitLog(Protocol):
     """What a learner reports to and asks of the harness while it fits."""
 
@@ -101,9 +127,12 @@ class FitLog(Protocol):
         """True when the learner should stop at its next safe point (a signal or a budget)."""
 
 
-class Learner(nn.Module):
+class Learner(HyperparametersMixin, nn.Module):
     """Everything not trained by gradient steps. All state is parameters/buffers (or
     ``get_extra_state``), so ``.to()``, ``state_dict`` and ``load_state_dict`` are ``nn.Module``'s.
+
+    A family records its constructor arguments with ``self.save_hyperparameters(...)`` (Lightning's
+    mixin: ``hparams``), so that checkpoints rebuild it (``load_from_checkpoint``).
 
     ``ks``, ``gain``, ``empty`` and ``monitor`` are the metric conventions the harness evaluates
     with; ``forward(features [..., L, F], mask [..., L] | None) -> [..., L]`` scores in the framework
@@ -132,6 +161,10 @@ class Learner(nn.Module):
     def partial_fit(self, train: Split, *, epoch: int, log: FitLog) -> None:
         raise NotImplementedError(f"{type(self).__name__} fits whole splits: the harness calls fit")
 
+    def select_on(self, val: Split | None) -> None:
+        """Choose among the learner's own candidates on validation after a streaming epoch (the
+        pairwise perceptron's runs); ``val`` is None without a validation split (default: nothing)."""
+
     def scorer(self) -> nn.Module:
         """Raw features ``[..., L, F]`` -> scores ``[..., L]``; TorchScript and ONNX exportable."""
         raise NotImplementedError
@@ -139,6 +172,15 @@ class Learner(nn.Module):
     def device_policy(self, available: torch.device) -> torch.device:
         """Where the hot loop runs given the trainer's device (default: there)."""
         return available
+
+    @classmethod
+    def load_from_checkpoint(cls, path: str, map_location: str | torch.device = "cpu", **overrides: object) -> Learner:
+        """The learner a harness checkpoint holds: built from its ``hyper_parameters`` (``overrides``
+        replace some, e.g. the datamodule's ``normalizer``), then its ``state_dict`` loaded."""
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+        learner = cls(**{**checkpoint.get("hyper_parameters", {}), **overrides})
+        learner.load_state_dict(checkpoint["state_dict"])
+        return learner.eval()
 
     @property
     def device(self) -> torch.device:
@@ -150,13 +192,18 @@ class Learner(nn.Module):
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.scorer()(features)
 
-    def evaluate(self, split: Split, scores: Tensor | None) -> dict[str, float]:
-        """Metrics of the family's own beyond the harness's list metrics (default: none)."""
+    def evaluate(self, split: Split, scores: Tensor | None, *, stage: str) -> dict[str, float]:
+        """Metrics of the family's own on ``stage`` (``val``/``test``) beyond the harness's list
+        metrics; ``scores [N]`` are the learner's flat scores of a query split (default: none)."""
         return {}
 
     def fit_results(self) -> dict:
         """What the fit reports in ``results.json`` beyond the metrics (default: nothing)."""
         return {}
+
+    def export_model(self, out_dir: str | Path) -> dict[str, str]:
+        """``scorer.pt`` / ``scorer.onnx`` / ``meta.json`` and the family's files (``rankers.export``)."""
+        return export_learner(self, out_dir, int(self.hparams.n_features))
 
     def export_meta(self) -> dict:
         """Entries for the export's ``meta.json`` (default: none)."""

@@ -8,9 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from torch import Tensor, nn
 
 from metrics import ranking_metrics
+
+RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
 
 
 class ListMetrics:
@@ -29,3 +32,16 @@ class ListMetrics:
             self.log(
                 f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=batch["mask"].shape[0]
             )
+
+
+def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
+    """Test metrics of uniformly random scores: the floor a trained ranker must clear."""
+    metrics = ranking_metrics()
+    generator = torch.Generator().manual_seed(seed)
+    for batch in datamodule.test_dataloader():
+        if "mask" not in batch:
+            return {}  # not query data
+        scores = torch.rand(batch["mask"].shape, generator=generator)
+        for metric in metrics.values():
+            metric.update(scores, batch["labels"].cpu(), batch["mask"].cpu())
+    return {name: float(metric.compute()) for name, metric in metrics.items() if name in RESULT_KEYS}

@@ -20,16 +20,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.trainer.states import TrainerStatus
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from metrics import ranking_metrics
 from rankers import harness
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
 from rankers.learner import Learner
+from rankers.list_metrics import RESULT_KEYS, random_baseline  # noqa: F401  (re-exported)
 from rankers.report import write_report
 from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
 
 log = logging.getLogger(__name__)
-
-RESULT_KEYS = ("ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr")
 
 
 def _refuse_unused_variant(cfg: DictConfig) -> None:
@@ -105,19 +103,6 @@ def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, flo
         for key, value in merged.items()
         if key.startswith(prefix) and key != f"{prefix}loss" and not key.endswith("_best")
     }
-
-
-def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
-    """Test metrics of uniformly random scores: the floor a trained ranker must clear."""
-    metrics = ranking_metrics()
-    generator = torch.Generator().manual_seed(seed)
-    for batch in datamodule.test_dataloader():
-        if "mask" not in batch:
-            return {}  # not query data
-        scores = torch.rand(batch["mask"].shape, generator=generator)
-        for metric in metrics.values():
-            metric.update(scores, batch["labels"].cpu(), batch["mask"].cpu())
-    return {name: float(metric.compute()) for name, metric in metrics.items() if name in RESULT_KEYS}
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,11 +1,9 @@
-"""LightningModule for the pairwise perceptron family (Elsas, Carvalho & Carbonell): train.py's
+"""The pairwise perceptron family (Elsas, Carvalho & Carbonell) as a streaming ``Learner``: train.py's
 ``model=committee_perceptron`` and ``model=pairwise_perceptron variant=plain|pocket|averaged|voted|committee``.
 
-One training epoch is one pass of the pseudo-code over every preference pair of the training
-queries, in a seeded order that changes with each pass. The batches of an epoch are collected
-(normalized as evaluation and the export normalize them, one query at a time) and the pass runs
-when the epoch's last batch arrives, so validation after each epoch sees that pass's hypotheses;
-the checkpoint callback keeps the best pass.
+One epoch (``partial_fit``) is one pass of the pseudo-code over every preference pair of the whole
+training split (normalized as evaluation and the export normalize them, one query at a time), in a
+seeded order that changes with each pass; the harness validates after each pass and keeps the best.
 
 Several runs (seeds times committee sizes) advance as one ``[R, d]`` tensor; each run is scored
 alone, or (``pool_runs``) the seeds of a committee size as one ensemble; validation scores every
@@ -19,18 +17,15 @@ import itertools
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from datamodules.batching import Batch
 from datamodules.feature_maps import RAW_COLUMNS, QuantileThresholds, ThresholdInputs
 from datamodules.normalization import FeatureNormalizer
 from metrics import higher_is_better, ranking_metrics
 from rankers.export import export_scorer
-from rankers.neural.module import PassLimit
+from rankers.learner import FitLog, Learner, Normalized, QuerySplit
 from rankers.pairwise_perceptron.perceptron import PairwisePerceptron, pass_orders, preference_pairs, rank_vote_scores
 from rankers.scorers import LinearScorer
 
@@ -60,7 +55,7 @@ class RankVoteScorer(nn.Module):
         return ranks @ (self.votes / self.votes.sum().clamp_min(1e-12))
 
 
-class PairwisePerceptronModule(PassLimit, pl.LightningModule):
+class PairwisePerceptronModule(Learner):
     """The pairwise perceptron (plain, pocket, averaged, voted) and the Committee Perceptron.
 
     Args:
@@ -75,7 +70,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             linear read-outs), which averages out the pair order. Without it each run is scored
             alone. Validation picks the best scorer (a run, or a pooled committee size), which is
             the one logged, tested and exported.
-        epochs: passes T over the pairs; the module stops the trainer after them.
+        epochs: passes T over the pairs.
         query_balance: ``eta_q = 1 / |S_q|`` (else 1).
         feature_map: ``none`` (the normalized features, the slides' linear perceptron) or
             ``thresholds`` (``datamodules.feature_maps.QuantileThresholds``: each feature plus the
@@ -90,7 +85,12 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         include_current: offer the running hypothesis to the committee at read-out time.
         max_hypotheses: the voted perceptron's capacity (its committee size).
         ks, gain, empty, monitor: as ``rankers.RankerModule``.
+
+    Device: the trainer's (the pass is a C++ loop over the pairs on CPU, the tensor path elsewhere;
+    GPU unmeasured here).
     """
+
+    streaming = True
 
     def __init__(
         self,
@@ -117,7 +117,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         empty: float = 0.0,
         monitor: str = "val/ndcg@10",
     ) -> None:
-        super().__init__()
+        super().__init__(ks=ks, gain=gain, empty=empty, monitor=monitor)
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         if combine not in ("weight", "vote"):
@@ -131,7 +131,7 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         ks = [int(k) for k in ks]
         sizes = [int(k) for k in (committee_size if isinstance(committee_size, Sequence) else [committee_size])]
         self.save_hyperparameters(ignore=["normalizer"])
-        self.automatic_optimization = False
+        self.epochs, self.name = epochs, f"{variant}_perceptron"
         self.normalizer = normalizer if normalizer is not None else FeatureNormalizer("none", num_features=n_features)
         self.readout = VARIANTS[variant] or combine
         if variant == "voted":
@@ -150,46 +150,23 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         # the runs each scorer combines [G, n]: a committee size's runs when pooled, else one run each
         groups = [[r for r, (k, _) in enumerate(self.runs) if k == size] for size in sizes] if pool_runs else None
         self.groups = torch.tensor(groups) if groups else torch.arange(len(self.runs)).unsqueeze(1)
-        self.monitor = monitor
         self.register_buffer("selected_run", torch.zeros((), dtype=torch.long))
         self.register_buffer("best_value", torch.tensor(float("-inf")))
-        self.val_metrics = nn.ModuleList(
-            nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty)) for _ in self.groups
-        )
-        self.test_metrics = nn.ModuleDict(ranking_metrics(ks, gain=gain, empty=empty))
-        if monitor.removeprefix("val/") not in self.test_metrics:
-            raise ValueError(f"monitor must be val/<one of {sorted(self.test_metrics)}>, got {monitor!r}")
-        self._epoch_batches: list[tuple[Tensor, Tensor, Tensor]] = []
+        names = sorted(ranking_metrics(ks, gain=gain, empty=empty))
+        if monitor.removeprefix("val/") not in names:
+            raise ValueError(f"monitor must be val/<one of {names}>, got {monitor!r}")
         self._truncation_announced = False  # the voted perceptron's capacity warning, said once
-        # a no-op optimizer step marks each batch: Lightning counts steps (checkpoints, logs) by them
-        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
+        self._unvalidated_announced = False
 
     # -- training -------------------------------------------------------------------------------
-    def on_fit_start(self) -> None:
-        self.refuse_ddp("the pairwise perceptron streams the pairs")
-        self.check_passes(self.hparams.epochs)
-        self.learner.to(self.device)
-
-    def on_train_start(self) -> None:
-        self.best_value.fill_(float("-inf"))  # forget the sanity check of the untrained learner
-        if len(self.groups) > 1 and not self.trainer.limit_val_batches:
-            # scorers are chosen by validation only: without it the first would be kept, unannounced
-            warnings.warn(
-                f"{len(self.groups)} runs but no validation split (data.val_fraction=0?): run 0 is kept",
-                stacklevel=2,
-            )
-
-    def training_step(self, batch: Batch, batch_idx: int) -> None:
-        mask = batch["mask"]
-        self._epoch_batches.append((self.normalizer(batch["features"], mask), batch["labels"], mask))
-        self.optimizers().step()
-        if batch_idx + 1 >= self.trainer.num_training_batches:
-            self._run_pass()
-
-    def _run_pass(self) -> None:
-        """Every pair of the epoch's queries, each run in its own seeded order for this pass."""
-        features, pairs, eta = self._pair_stream(self._epoch_batches)
-        self._epoch_batches = []
+    def partial_fit(self, train: QuerySplit, *, epoch: int, log: FitLog, chunk: int = 256) -> None:
+        """Every pair of the training queries, each run in its own seeded order for this pass."""
+        batches = []
+        for first in range(0, train.n_queries, chunk):  # bounded padded memory
+            batch = train.padded(slice(first, first + chunk))
+            mask = batch["mask"]
+            batches.append((self.normalizer(batch["features"], mask), batch["labels"], mask))
+        features, pairs, eta = self._pair_stream(batches)
         columns = None
         if self.feature_map is not None:
             if not self.feature_map.fitted:
@@ -197,13 +174,12 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             # most indicator columns are +inf thresholds (0 for every finite input): stream the rest
             columns = self.feature_map.live_columns()
             features = self.feature_map.live_forward(features)
-        order = pass_orders(len(pairs), self.seeds, self.current_epoch, device=self.device)
+        order = pass_orders(len(pairs), self.seeds, epoch, device=self.device)
         mistakes = self.learner.fit_pairs(features, pairs, eta, order, columns=columns)
-        pairs_count = max(1, len(pairs))
-        # per pass (a pass is one step): the fraction of pairs mis-ranked while streaming, over the runs
-        self.log("train/mistake_rate", mistakes.float().mean() / pairs_count, on_step=True, prog_bar=True)
-        self.log("train/pairs", float(len(pairs)), on_step=True)
-        self.log("train/hypotheses", self.learner.hypotheses.float().mean(), on_step=True)
+        # per pass: the fraction of pairs mis-ranked while streaming, over the runs
+        log.scalar("train/mistake_rate", float(mistakes.float().mean()) / max(1, len(pairs)), epoch + 1)
+        log.scalar("train/pairs", float(len(pairs)), epoch + 1)
+        log.scalar("train/hypotheses", float(self.learner.hypotheses.float().mean()), epoch + 1)
         self._warn_if_voting_is_truncated()
 
     def _warn_if_voting_is_truncated(self) -> None:
@@ -238,19 +214,6 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             offset += len(flat[-1])
         return torch.cat(flat), torch.cat(pairs), torch.cat(etas)
 
-    def on_train_epoch_end(self) -> None:
-        self.stop_after(self.hparams.epochs)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD([self.step_marker], lr=0.0)
-
-    # -- evaluation -----------------------------------------------------------------------------
-    def on_validation_start(self) -> None:
-        self.learner.to(self.device)
-
-    def on_test_start(self) -> None:
-        self.learner.to(self.device)
-
     def run_scores(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Every scorer's scores ``[G, B, L]`` of raw features ``[B, L, F]`` under the read-out
         (G scorers: one per run, or one per pooled committee size)."""
@@ -264,41 +227,33 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
         """The selected scorer's scores ``[B, L]`` of raw features ``[B, L, F]``."""
         return self.run_scores(features, mask)[self.selected_run]
 
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        scores = self.run_scores(batch["features"], batch["mask"])
-        for run, metrics in enumerate(self.val_metrics):
-            for metric in metrics.values():
-                metric.update(scores[run], batch["labels"], batch["mask"])
-
-    def on_validation_epoch_end(self) -> None:
+    def select_on(self, val: QuerySplit | None) -> None:
+        """Score every scorer (run or pooled committee size) on validation and keep the best."""
+        if val is None:
+            if len(self.groups) > 1 and not self._unvalidated_announced:
+                # scorers are chosen by validation only: without it the first is kept, said so
+                self._unvalidated_announced = True
+                warnings.warn(
+                    f"{len(self.groups)} runs but no validation split (data.val_fraction=0?): run 0 is kept",
+                    stacklevel=2,
+                )
+            return
         name = self.monitor.removeprefix("val/")
-        values = [{key: metric.compute() for key, metric in metrics.items()} for metrics in self.val_metrics]
-        for metrics in self.val_metrics:
-            for metric in metrics.values():
-                metric.reset()
+        metrics = [ranking_metrics(self.ks, gain=self.gain, empty=self.empty)[name] for _ in self.groups]
+        for first in range(0, val.n_queries, 256):
+            batch = val.padded(slice(first, first + 256))
+            mask = batch["mask"].to(self.device)
+            scores = self.run_scores(batch["features"].to(self.device), mask)
+            for run, metric in enumerate(metrics):
+                metric.update(scores[run], batch["labels"].to(self.device), mask)
         sign = 1.0 if higher_is_better(name) else -1.0
-        monitored = torch.stack([value[name] for value in values]) * sign
+        monitored = torch.stack([metric.compute() for metric in metrics]) * sign
         self.selected_run.fill_(int(monitored.argmax()))
-        chosen = values[int(self.selected_run)]
-        for key, value in chosen.items():
-            self.log(f"val/{key}", value, prog_bar=key == name)
         self.best_value.fill_(max(float(self.best_value), float(monitored.max())))
-        self.log(f"{self.monitor}_best", self.best_value * sign, prog_bar=True)
-        if len(self.groups) > 1:
-            self.log("val/selected_run", self.selected_run.float())
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        scores = self(batch["features"], batch["mask"])
-        for name, metric in self.test_metrics.items():
-            metric.update(scores, batch["labels"], batch["mask"])
-            self.log(f"test/{name}", metric, on_epoch=True, batch_size=batch["mask"].shape[0])
-
-    # -- checkpoints and export -----------------------------------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["pairwise_perceptron"] = {k: v.cpu() for k, v in self.learner.state_dict().items()}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.learner.load_state_dict(checkpoint["pairwise_perceptron"])
+    def evaluate(self, split: QuerySplit, scores: Tensor | None, *, stage: str) -> dict[str, float]:
+        """Validation names the selected scorer when there are several."""
+        return {"selected_run": float(self.selected_run)} if stage == "val" and len(self.groups) > 1 else {}
 
     def export_inputs(self) -> nn.Module:
         """What the exported scorer reads its input through: the normalizer, then the feature
@@ -319,6 +274,10 @@ class PairwisePerceptronModule(PassLimit, pl.LightningModule):
             return RankVoteScorer(committee[chosen][keep][:, live].cpu(), votes[chosen][keep].cpu())
         weights = self.learner.linear_weights(readout, include_current=include, groups=self.groups)
         return LinearScorer.from_weights(weights[chosen][live])
+
+    def scorer(self) -> nn.Module:
+        """The configured read-out of the selected scorer on raw features (what is exported)."""
+        return Normalized(self.export_inputs(), self.scorer_for(self.readout))
 
     def export_model(self, out_dir: str | Path) -> dict[str, str]:
         """``scorer.pt`` / ``scorer.onnx`` of the configured read-out; a committee also exports its

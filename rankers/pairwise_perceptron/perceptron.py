@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from kernels import pairwise_perceptron_cpu
 
@@ -113,7 +113,7 @@ def rank_vote_scores(member_scores: Tensor, votes: Tensor, mask: Tensor | None =
     return (ranks * (votes / total).unsqueeze(-2)).sum(-1)
 
 
-class PairwisePerceptron:
+class PairwisePerceptron(nn.Module):
     """R runs of the pairwise perceptron with a committee of the K best hypotheses each.
 
     Args:
@@ -129,7 +129,8 @@ class PairwisePerceptron:
     State: ``weights [R, d]`` (the current hypothesis ``w^l``), ``successes [R]`` (its ``c_l``),
     ``hypotheses [R]`` (``l``), ``committee [R, K, d]``, ``counts [R, K]`` (-1 for an empty slot),
     ``births [R, K]`` (the member's ``l``), ``weighted_sum [R, d]`` (``sum c_l w^l`` over closed
-    hypotheses, the averaged perceptron), ``mistakes [R]`` and ``seen [R]`` pairs.
+    hypotheses, the averaged perceptron), ``mistakes [R]`` and ``seen [R]`` pairs: buffers, so ``.to()``,
+    ``state_dict`` and ``load_state_dict`` are ``nn.Module``'s.
     """
 
     def __init__(
@@ -144,32 +145,33 @@ class PairwisePerceptron:
     ) -> None:
         if fused not in (True, False, "cpu"):
             raise ValueError(f"fused must be True, False or 'cpu'; got {fused!r}")
+        super().__init__()
         self.fused = fused
         sizes = torch.as_tensor(committee_size, dtype=torch.long).reshape(-1)
         if sizes.numel() not in (1, n_runs) or (sizes < 1).any():
             raise ValueError(f"committee_size must be >= 1, one value or one per run; got {committee_size}")
-        self.d, self.r, self.dtype = n_features, n_runs, dtype
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.sizes = sizes.expand(n_runs).clone().to(self.device)
+        self.d, self.r = n_features, n_runs
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        self.register_buffer("sizes", sizes.expand(n_runs).clone().to(device))
         self.k = int(sizes.max())
-        options = dict(device=self.device, dtype=dtype)
-        self.weights = torch.zeros(n_runs, n_features, **options)
-        self.weighted_sum = torch.zeros(n_runs, n_features, **options)
+        options = dict(device=device, dtype=dtype)
+        self.register_buffer("weights", torch.zeros(n_runs, n_features, **options))
+        self.register_buffer("weighted_sum", torch.zeros(n_runs, n_features, **options))
         # one spare slot (index K) takes the writes of the runs that insert nothing this step, so
         # an insertion is one unconditional index_put rather than a gather, a where and a put
-        self._committee = torch.zeros(n_runs, self.k + 1, n_features, **options)
-        self._counts = torch.full((n_runs, self.k + 1), -1, dtype=torch.long, device=self.device)
-        slot = torch.arange(self.k + 1, device=self.device)
+        self.register_buffer("_committee", torch.zeros(n_runs, self.k + 1, n_features, **options))
+        self.register_buffer("_counts", torch.full((n_runs, self.k + 1), -1, dtype=torch.long, device=device))
+        slot = torch.arange(self.k + 1, device=device)
         # empty slots: distinct negative births, so that they fill in slot order
-        self._births = (slot - self.k - 1).expand(n_runs, -1).clone()
+        self.register_buffer("_births", (slot - self.k - 1).expand(n_runs, -1).clone())
         self._counts[slot.expand(n_runs, -1) >= self.sizes[:, None]] = LOCKED
         self._births[slot.expand(n_runs, -1) >= self.sizes[:, None]] = 0
-        self.successes = torch.zeros(n_runs, dtype=torch.long, device=self.device)
-        self.hypotheses = torch.zeros(n_runs, dtype=torch.long, device=self.device)
-        self.mistakes = torch.zeros(n_runs, dtype=torch.long, device=self.device)
-        self.seen = torch.zeros(n_runs, dtype=torch.long, device=self.device)
-        self._runs = torch.arange(n_runs, device=self.device)
-        self._spare = torch.full((n_runs,), self.k, dtype=torch.long, device=self.device)
+        self.register_buffer("successes", torch.zeros(n_runs, dtype=torch.long, device=device))
+        self.register_buffer("hypotheses", torch.zeros(n_runs, dtype=torch.long, device=device))
+        self.register_buffer("mistakes", torch.zeros(n_runs, dtype=torch.long, device=device))
+        self.register_buffer("seen", torch.zeros(n_runs, dtype=torch.long, device=device))
+        self.register_buffer("_runs", torch.arange(n_runs, device=device), persistent=False)
+        self.register_buffer("_spare", torch.full((n_runs,), self.k, dtype=torch.long, device=device), persistent=False)
 
     # views of the first K slots (the spare slot is internal)
     @property
@@ -184,20 +186,13 @@ class PairwisePerceptron:
     def births(self) -> Tensor:
         return self._births[:, : self.k]
 
-    def state_dict(self) -> dict[str, Tensor]:
-        names = ("weights", "weighted_sum", "_committee", "_counts", "_births", "successes", "hypotheses")
-        return {name: getattr(self, name) for name in (*names, "mistakes", "seen", "sizes")}
+    @property
+    def device(self) -> torch.device:
+        return self.weights.device
 
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        for name, value in state.items():
-            setattr(self, name, value.to(self.device))
-
-    def to(self, device: str | torch.device) -> PairwisePerceptron:
-        self.device = torch.device(device)
-        for name, value in list(vars(self).items()):
-            if isinstance(value, Tensor):
-                setattr(self, name, value.to(self.device))
-        return self
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.dtype
 
     # -- training -------------------------------------------------------------------------------
     def partial_fit(self, differences: Tensor, eta: Tensor) -> Tensor:

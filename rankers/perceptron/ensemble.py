@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from kernels import prank_cpu
 
@@ -112,7 +112,7 @@ def counter_draws(key: int, first_step: int, steps: int, tau: Tensor, n: int) ->
     return out
 
 
-class PRankEnsemble:
+class PRankEnsemble(nn.Module):
     """R runs x N PRank perceptrons updated online (Algorithm 1 under Algorithm 2's sampling).
 
     Args:
@@ -135,7 +135,9 @@ class PRankEnsemble:
             runs Triton's interpreter: tests only).
 
     State: ``weights [R, N, d]``, ``thresholds [R, N, k-1]`` (float32, start at 0), ``correct [R, N]``
-    (correct predictions on presented examples, OAP-VP's votes), ``presented [R, N]``, ``mistakes [R, N]``.
+    (correct predictions on presented examples, OAP-VP's votes), ``presented [R, N]``, ``mistakes [R, N]``:
+    buffers, so ``.to()``, ``state_dict`` and ``load_state_dict`` are ``nn.Module``'s; the draw counter
+    and the voted history travel as the module's extra state.
     """
 
     def __init__(
@@ -153,45 +155,52 @@ class PRankEnsemble:
     ) -> None:
         if n_ranks < 2:
             raise ValueError(f"n_ranks must be >= 2, got {n_ranks}")
+        super().__init__()
         self.d, self.k, self.n, self.r = n_features, n_ranks, n_perceptrons, n_runs
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        tau_values = torch.as_tensor(tau, dtype=torch.float32, device=self.device).reshape(-1)
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        tau_values = torch.as_tensor(tau, dtype=torch.float32, device=device).reshape(-1)
         if tau_values.numel() not in (1, n_runs) or not ((tau_values > 0) & (tau_values <= 1)).all():
             raise ValueError(f"tau must be in (0, 1], one value or one per run; got {tau}")
-        self.tau = tau_values.expand(n_runs).reshape(n_runs, 1).clone()
+        self.register_buffer("tau", tau_values.expand(n_runs).reshape(n_runs, 1).clone())
         self.every_example_presented = bool((tau_values >= 1).all())  # once: a check per chunk syncs a GPU
         # Algorithm 2's draws come from a counter (counter_draws): the key and the examples drawn so far
         self.key, self.drawn = draw_key(seed), 0
-        zeros = dict(device=self.device, dtype=torch.float32)
+        zeros = dict(device=device, dtype=torch.float32)
         # stored perceptron-minor (memory [R, d, N] and [R, k-1, N], seen as [R, N, d] and
         # [R, N, k-1]): each step's score is then a row vector times a matrix, which CPU BLAS runs
         # much faster than the matrix-vector product, and in the Triton kernel each GPU thread
         # owns one perceptron's weights and thresholds with coalesced loads
-        self.weights = torch.zeros(n_runs, n_features, n_perceptrons, **zeros).transpose(1, 2)
-        self.thresholds = torch.zeros(n_runs, n_ranks - 1, n_perceptrons, **zeros).transpose(1, 2)
-        self.correct = torch.zeros(n_runs, n_perceptrons, **zeros)
-        self.presented = torch.zeros(n_runs, n_perceptrons, **zeros)
-        self.mistakes = torch.zeros(n_runs, n_perceptrons, **zeros)
+        self.register_buffer("weights", torch.zeros(n_runs, n_features, n_perceptrons, **zeros).transpose(1, 2))
+        self.register_buffer("thresholds", torch.zeros(n_runs, n_ranks - 1, n_perceptrons, **zeros).transpose(1, 2))
+        self.register_buffer("correct", torch.zeros(n_runs, n_perceptrons, **zeros))
+        self.register_buffer("presented", torch.zeros(n_runs, n_perceptrons, **zeros))
+        self.register_buffer("mistakes", torch.zeros(n_runs, n_perceptrons, **zeros))
         # voted perceptron: correct rounds survived by each perceptron's current hypothesis
-        self._open = torch.zeros(n_runs, n_perceptrons, **zeros)
-        self.rank_index = torch.arange(n_ranks - 1, device=self.device)
+        self.register_buffer("_open", torch.zeros(n_runs, n_perceptrons, **zeros))
+        self.register_buffer("rank_index", torch.arange(n_ranks - 1, device=device), persistent=False)
         if fused not in (True, False, "cpu", "triton"):
             raise ValueError(f"fused must be True, False, 'cpu' or 'triton'; got {fused!r}")
         self.keep_history, self.fused = keep_history, fused
         self.history: list[tuple[Tensor, ...]] = []  # (weights, thresholds, survival, row) per chunk
         self._slots: list[tuple[Tensor, Tensor, Tensor]] = []  # the tensor path's dense slots of one chunk
 
-    def to(self, device: str | torch.device) -> PRankEnsemble:
-        """Move the state to ``device`` (the draws go on where they were: they depend on the count)."""
-        device = torch.device(device)
-        if device == self.device:
-            return self
-        for name, value in list(vars(self).items()):
-            if isinstance(value, Tensor):
-                setattr(self, name, value.to(device))
-        self.history = [tuple(t.to(device) for t in entry) for entry in self.history]
-        self.device = device
+    @property
+    def device(self) -> torch.device:
+        return self.weights.device
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to()`` and friends move the voted history too (the draws go on where they were: they
+        depend on the count, not on the device)."""
+        super()._apply(fn, recurse)
+        self.history = [tuple(fn(t) for t in entry) for entry in self.history]
         return self
+
+    def get_extra_state(self) -> dict:
+        return {"drawn": self.drawn, "history": self.history}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.drawn = int(state["drawn"])
+        self.history = [tuple(t.to(self.device) for t in entry) for entry in state["history"]]
 
     def _draw(self, steps: int) -> Tensor:
         """The next ``steps`` examples' draws ``[steps, R, N]`` bool: the C++ loop on CPU, torch ops
@@ -553,7 +562,7 @@ def _round_rank(value: Tensor, k: int) -> Tensor:
     return torch.floor(value + 0.5).clamp(0, k - 1).long()
 
 
-class WidrowHoff:
+class WidrowHoff(nn.Module):
     """Online least-squares regression (Widrow & Hoff 1960) on the rank, rounded: the paper's baseline.
 
     ``w += eta (y - w.x) x`` per example, for R runs x E learning rates at once
@@ -577,15 +586,15 @@ class WidrowHoff:
     ) -> None:
         if fused not in (True, False, "cpu"):
             raise ValueError(f"fused must be True, False or 'cpu'; got {fused!r}")
+        super().__init__()
         self.k, self.fused = n_ranks, fused
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.eta = torch.as_tensor(eta, dtype=torch.float32, device=self.device).reshape(1, -1)
-        self.weights = torch.zeros(n_runs, self.eta.shape[1], n_features, device=self.device)
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        self.register_buffer("eta", torch.as_tensor(eta, dtype=torch.float32, device=device).reshape(1, -1))
+        self.register_buffer("weights", torch.zeros(n_runs, self.eta.shape[1], n_features, device=device))
 
-    def to(self, device: str | torch.device) -> WidrowHoff:
-        self.device = torch.device(device)
-        self.eta, self.weights = self.eta.to(self.device), self.weights.to(self.device)
-        return self
+    @property
+    def device(self) -> torch.device:
+        return self.weights.device
 
     def partial_fit(self, features: Tensor, labels: Tensor, *, return_predictions: bool = True) -> Tensor | None:
         """Stream ``features [R, T, d]``, ``labels [R, T]``; returns predictions before each update

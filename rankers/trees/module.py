@@ -5,21 +5,16 @@ python train.py model=random_forest data=letor data.train=train.txt data.test=te
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from datamodules.normalization import FeatureNormalizer
-from rankers.export import export_scorer
-from rankers.list_metrics import ListMetrics
-from rankers.threads import CpuThreads
+from rankers.learner import FitLog, Learner, QuerySplit
 from rankers.trees.forest import (
     BOOTSTRAPS,
     SPLITTERS,
@@ -29,35 +24,15 @@ from rankers.trees.forest import (
     tree_count_and_width,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
-def _training_arrays(loader: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Raw features ``[N, F]``, labels ``[N]`` and query offsets ``[Q + 1]`` of the whole training split
-    (every document of every query: never the list-sampled training batches)."""
-    dataset = getattr(loader, "dataset", None)
-    if all(hasattr(dataset, name) for name in ("features", "labels", "offsets")):  # QueryDataset
-        features, labels, offsets = dataset.features, dataset.labels, dataset.offsets
-    elif all(hasattr(loader, name) for name in ("features", "labels", "starts", "lengths")):  # DeviceBatches
-        features, labels = loader.features, loader.labels
-        offsets = torch.cat([loader.starts, loader.starts[-1:] + loader.lengths[-1:]])
-    else:
-        raise ValueError(
-            "model=random_forest reads the training queries whole: it needs LETOR-style query data "
-            f"(data=letor or data=synthetic), not {type(loader).__name__}"
-        )
-    as_numpy = [
-        t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t) for t in (features, labels, offsets)
-    ]
-    return as_numpy[0].astype(np.float32), as_numpy[1].astype(np.float64), as_numpy[2].astype(np.int64)
-
-
-class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
+class RandomForestModule(Learner):
     """A random forest ranker (RankLib's RandomForests at its defaults) trained under ``train.py``.
 
-    The forest is grown once, by scikit-learn on the CPU, at the start of the fit from every document
-    of every training query (raw features: a tree is unchanged by the datamodule's global z-score,
-    and ``query_zscore`` is not applied); the single training epoch does nothing else. The fitted
+    The forest is grown once, by scikit-learn on the CPU, from every document of every training query
+    (raw features: a tree is unchanged by the datamodule's global z-score, and ``query_zscore`` is not
+    applied); ``rankers.harness`` runs it. The fitted
     trees are kept as node-array buffers preallocated at ``[n_trees, 2 * max_leaves - 1]``, so
     checkpoints have one shape, and scored by ``TreeEnsembleScorer`` (what is exported).
 
@@ -99,9 +74,10 @@ class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
         score_chunk: int = 8192,
         cpu_threads: int | None = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(ks=ks, gain=gain, empty=empty, monitor=monitor)
         ks = [int(k) for k in ks]
         self.save_hyperparameters(ignore=["normalizer"])
+        self.cpu_threads = cpu_threads
         if bootstrap not in BOOTSTRAPS:
             raise ValueError(f"model.bootstrap must be one of {BOOTSTRAPS}, got {bootstrap!r}")
         if splitter not in SPLITTERS:
@@ -111,8 +87,6 @@ class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
                 "model.n_trees >= 1, max_leaves >= 2, min_leaf >= 1, 0 < feature_rate <= 1 and sample_rate > 0 "
                 f"are needed, got {n_trees}, {max_leaves}, {min_leaf}, {feature_rate}, {sample_rate}"
             )
-        self.monitor = monitor
-        self.automatic_optimization = False
         shape = tree_count_and_width(n_trees, max_leaves)
         self.register_buffer("tree_feature", torch.zeros(shape, dtype=torch.long))
         self.register_buffer("tree_threshold", torch.full(shape, float("inf")))
@@ -121,9 +95,6 @@ class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
         self.register_buffer("tree_nan_right", torch.zeros(shape, dtype=torch.bool))
         self.register_buffer("tree_depth", torch.zeros((), dtype=torch.long))
         self.register_buffer("n_fitted", torch.zeros((), dtype=torch.long))
-        # Lightning counts steps by optimizer steps: a no-op optimizer marks the one training step
-        self.step_marker = nn.Parameter(torch.zeros(()), requires_grad=False)
-        self.init_list_metrics(ks, gain=gain, empty=empty)
         self._cache: dict[str, TreeEnsembleScorer] = {}  # a plain dict: the scorer is no submodule
         self.fit_info: dict[str, Any] = {}
 
@@ -193,17 +164,21 @@ class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
             "queries": len(offsets) - 1,
         }
 
-    # -- Lightning ------------------------------------------------------------------------------
-    def on_train_start(self) -> None:
-        if int(self.n_fitted) > 0:  # resumed from a checkpoint of a finished fit
+    # -- the learner contract -----------------------------------------------------------------
+    name = "random_forest"
+
+    def fit(self, train: QuerySplit, val: QuerySplit | None, *, log: FitLog) -> None:
+        """Grow the forest on the whole training split (a resumed, fitted forest is kept)."""
+        if int(self.n_fitted) > 0:
             return
-        if self.trainer.world_size > 1:
-            raise ValueError(
-                f"model=random_forest fits in one process (trainer.devices=1), not {self.trainer.world_size}"
-            )
-        features, labels, offsets = _training_arrays(self.trainer.train_dataloader)
+        features, labels, offsets = (
+            train.features.cpu().numpy().astype(np.float32),
+            train.labels.cpu().numpy().astype(np.float64),
+            train.offsets.cpu().numpy().astype(np.int64),
+        )
         self.fit_trees(features, labels, offsets)
-        log.info(
+        log.scalar("train/trees", float(self.n_fitted), 1)
+        logger.info(
             "random forest: %d trees on %d documents of %d queries, %d features; deepest leaf %d, %.1f leaves a tree",
             self.fit_info["trees"],
             self.fit_info["documents"],
@@ -213,43 +188,16 @@ class RandomForestModule(CpuThreads, ListMetrics, pl.LightningModule):
             self.fit_info["mean_leaves"],
         )
 
-    def training_step(self, batch: Any, batch_idx: int) -> None:
-        if batch_idx == 0:
-            self.optimizers().step()
-            self.log("train/trees", float(self.n_fitted), on_step=False, on_epoch=True)
-
-    def on_train_epoch_end(self) -> None:
-        self.trainer.should_stop = True  # the forest was grown in on_train_start: one epoch is the fit
-
-    def _evaluate(self, batch: Any, stage: str) -> None:
-        self.log_list_metrics(self(batch["features"], batch["mask"]), batch, stage)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if int(self.n_fitted) > 0:  # Lightning's sanity check runs before the fit
-            self._evaluate(batch, "val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self(batch["features"], batch.get("mask"))
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD([self.step_marker], lr=0.0)
+    def device_policy(self, available: torch.device) -> torch.device:
+        """The CPU, always: scikit-learn grows the trees there and ``forward`` traverses them there
+        (a traversal step is a few data-dependent gathers; GPU unmeasured)."""
+        return torch.device("cpu")
 
     # -- export ---------------------------------------------------------------------------------
-    def export_model(self, out_dir: str | Path) -> dict[str, str]:
-        """``scorer.pt`` / ``scorer.onnx`` (raw ``[L, F]`` -> ``[L]``) with the trees inside."""
-        n_features = self.hparams.n_features
+    def export_meta(self) -> dict:
         scorer = self.scorer()
-        paths = export_scorer(FeatureNormalizer("none", num_features=n_features), scorer, out_dir, n_features)
-        meta_path = Path(paths["meta"])
-        meta = json.loads(meta_path.read_text())
-        meta.update(
-            model="random_forest",
-            trees=scorer.n_trees,
-            depth=scorer.depth,
-            nan="each split sends NaN where sklearn's predict does (missing_go_to_left); +inf right, -inf left",
-        )
-        meta_path.write_text(json.dumps(meta, indent=1))
-        return paths
+        return {
+            "trees": scorer.n_trees,
+            "depth": scorer.depth,
+            "nan": "each split sends NaN where sklearn's predict does (missing_go_to_left); +inf right, -inf left",
+        }
