@@ -97,6 +97,7 @@ class LambdaMART(Learner):
         monitor: str = "val/ndcg@10",
     ) -> None:
         super().__init__(ks=ks, gain=gain, empty=empty, monitor=monitor)
+        self.save_hyperparameters(ignore=["normalizer"])  # checkpoints rebuild the learner (load_from_checkpoint)
         options = {
             "learning_rate": learning_rate,
             "max_leaves": max_leaves,
