@@ -52,9 +52,10 @@ class LambdaMART(Learner):
             read raw features, and a monotone rescaling changes no split's partition).
         engine: ``lightgbm`` | ``xgboost``.
         n_estimators: boosting rounds (both engines' default: 100).
-        learning_rate, max_leaves, max_depth, min_leaf, min_hessian, subsample, feature_rate, l2,
-            truncation: ours -> the engine's parameter (``OPTION_NAMES``); None: the engine's default.
-            One the engine lacks is refused when set (``min_leaf`` and ``truncation`` under xgboost).
+        learning_rate: and ``max_leaves``, ``max_depth``, ``min_leaf``, ``min_hessian``, ``subsample``,
+            ``feature_rate``, ``l2``, ``truncation``: ours -> the engine's parameter (``OPTION_NAMES``);
+            None: the engine's default. One the engine lacks is refused when set (``min_leaf`` and
+            ``truncation`` under xgboost).
         early_stopping_rounds: with a validation split, stop after this many rounds without a better
             val ndcg@10 and keep the best round (None: train every round, keep the best).
         val_fraction: training queries the datamodule holds out for validation when no validation
