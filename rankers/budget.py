@@ -63,7 +63,14 @@ def check(what: str = "the fit") -> None:
 
 
 class BudgetCallback(pl.Callback):
-    """Ends a Lightning fit between training steps once the running deadline has passed."""
+    """Ends a Lightning fit between training steps once the running deadline has passed.
+
+    ``raise_at_epoch_end=True`` is for a trainer whose ``min_epochs`` overrides ``should_stop`` (epoch
+    selection's fixed-length fits): it raises ``BudgetExceeded`` from the epoch-end hook (a safe point;
+    Lightning tears the fit down and re-raises it)."""
+
+    def __init__(self, raise_at_epoch_end: bool = False) -> None:
+        self.raise_at_epoch_end = raise_at_epoch_end
 
     def _poll(self, trainer: pl.Trainer) -> None:
         if expired():
@@ -76,4 +83,6 @@ class BudgetCallback(pl.Callback):
         self._poll(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if self.raise_at_epoch_end:
+            check("an epoch-selection fit")
         self._poll(trainer)

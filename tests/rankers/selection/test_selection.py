@@ -168,6 +168,11 @@ def test_a_learner_and_a_lightning_fit_stop_at_their_safe_points_when_the_deadli
         with pytest.raises(budget.BudgetExceeded):
             budget.check()
     assert not log.should_stop()  # the deadline ends with its block
+    # epoch selection's fixed-length fits (min_epochs = max_epochs ignore should_stop) raise at an epoch end
+    strict = budget.BudgetCallback(raise_at_epoch_end=True)
+    strict.on_train_epoch_end(trainer)
+    with budget.deadline(0.0), pytest.raises(budget.BudgetExceeded, match="epoch-selection"):
+        strict.on_train_epoch_end(trainer)
 
 
 @pytest.mark.slow  # two candidates x 3 folds, the refit, its ONNX export and a direct run: about 20 s idle
