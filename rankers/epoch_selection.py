@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from datamodules.letor_io import LetorData
 from metrics import monitor_mode
-from rankers import harness
+from rankers import budget, harness
 from rankers.callbacks import EpochSeed
 
 # the value of model.epochs_without_validation that asks for the selection
@@ -89,6 +89,7 @@ def select_epochs(cfg: DictConfig, datamodule: Any, *, folds: int, max_epochs: i
         raise ValueError(f"model.epochs_without_validation=cv needs a LETOR-style datamodule, not {type(datamodule)}")
     curves, weights, monitor = [], [], None
     for fit_part, held_out in query_folds(datamodule.splits["train"], folds, cfg.seed):
+        budget.check("epoch selection")  # model=auto's deadline, between folds (rankers.budget)
         pl.seed_everything(cfg.seed, workers=True)
         fold_data = instantiate(cfg.data)
         fold_data.use_splits({"train": fit_part, "val": held_out})
@@ -98,7 +99,7 @@ def select_epochs(cfg: DictConfig, datamodule: Any, *, folds: int, max_epochs: i
         trainer = instantiate(
             cfg.trainer,
             # reseeded per batch: validating between epochs draws no other dropout masks than not validating
-            callbacks=[recorder, EpochSeed(cfg.seed)],
+            callbacks=[recorder, EpochSeed(cfg.seed), budget.BudgetCallback(raise_at_epoch_end=True)],
             logger=False,
             enable_checkpointing=False,
             enable_progress_bar=False,

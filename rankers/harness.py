@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from metrics import monitor_mode, ranking_metrics
+from rankers import budget
 from rankers.learner import LabelSplit, Learner, QuerySplit, Split
 from rankers.list_metrics import random_baseline
 from rankers.outputs import atomic_directory, atomic_file, moved, write_results
@@ -183,7 +184,8 @@ class HarnessLog:
             logger.log_metrics({name: float(value)}, step=int(step))
 
     def should_stop(self) -> bool:
-        return self.signal_name is not None
+        # a signal, or model=auto's budget (rankers.budget: a deadline, polled here at the learner's safe points)
+        return self.signal_name is not None or budget.expired()
 
     @contextmanager
     def catching_signals(self) -> Iterator[None]:
@@ -287,7 +289,7 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
             epochs, best_path = 1, ""
             save_checkpoint(last, learner, identity, epochs, run_config=run_config(cfg))
     fit_seconds = time.perf_counter() - started
-    if fit_log.should_stop():
+    if fit_log.signal_name is not None:  # a budget's stop is not an interruption: model=auto drops the fit
         _exit_interrupted(fit_log.signal_name, epochs, fit_seconds, last, out)
     if best_path:  # the streams' best validated epoch is what is evaluated and exported (as Lightning's)
         learner.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"])

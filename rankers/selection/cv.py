@@ -20,6 +20,7 @@ __all__ = [
     "format_table",
     "parse_candidate",
     "plan_budget",
+    "tied_with_best",
 ]
 
 
@@ -91,7 +92,10 @@ class CandidateResult:
         return statistics.fmean(gaps), statistics.stdev(gaps) / math.sqrt(len(gaps))
 
     def as_dict(self) -> dict:
-        record = {**asdict(self), "mean": self.mean, "spread": self.spread}
+        """The row for results.json: ``mean`` and ``spread`` are null (never NaN) for a candidate that
+        completed no fold; ``status`` says why."""
+        measured = bool(self.fold_scores)
+        record = {**asdict(self), "mean": self.mean if measured else None, "spread": self.spread if measured else None}
         record.pop("query_scores")  # one number per training query: in the table as the paired gap
         return record
 
@@ -150,6 +154,26 @@ def choose(results: list[CandidateResult]) -> CandidateResult:
     if not complete:
         raise ValueError("no candidate completed its cross-validation")
     return max(complete, key=lambda result: (result.mean, -complete.index(result)))
+
+
+def tied_with_best(results: list[CandidateResult], *, max_members: int = 3) -> list[str]:
+    """The best complete candidate and those the CV cannot tell from it: a paired gap (same held-out
+    queries) within one standard error, best first, at most ``max_members``.
+
+    Example:
+        >>> a = CandidateResult("a", [0.6], [4], [1.0], query_scores=[0.5, 0.7, 0.6, 0.6])
+        >>> b = CandidateResult("b", [0.59], [4], [1.0], query_scores=[0.6, 0.6, 0.5, 0.66])
+        >>> c = CandidateResult("c", [0.3], [4], [1.0], query_scores=[0.3, 0.3, 0.3, 0.3])
+        >>> tied_with_best([a, b, c])
+        ['a', 'b']
+    """
+    best = choose(results)
+    tied = [best]
+    for result in sorted((r for r in results if r.complete and r is not best), key=lambda r: -r.mean):
+        gap = result.paired_gap(best)
+        if gap is not None and gap[0] + gap[1] >= 0:
+            tied.append(result)
+    return [result.label for result in tied[:max_members]]
 
 
 def format_table(results: list[CandidateResult], chosen: str, metric: str) -> str:

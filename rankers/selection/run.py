@@ -26,8 +26,6 @@ import json
 import logging
 import math
 import shutil
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +39,17 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
+from torch import Tensor, nn
 from tqdm import tqdm
 
 from datamodules.letor_io import LetorData, read_letor
+from metrics import ranking_metrics
 from metrics.functional import ndcg
+from rankers import budget
+from rankers.budget import BudgetExceeded
 from rankers.epoch_selection import query_folds
 from rankers.pipeline import ROOT, fit, report
+from rankers.selection.blend import METHODS, BlendScorer, blend_onnx, combine_flat
 from rankers.selection.bound import (
     bipartite_risk,
     certified_bound,
@@ -62,6 +65,7 @@ from rankers.selection.cv import (
     format_table,
     parse_candidate,
     plan_budget,
+    tied_with_best,
 )
 
 log = logging.getLogger(__name__)
@@ -77,32 +81,6 @@ _QUIET = (
     "lightning_fabric",
 )
 _METRIC_K = 10
-
-
-class BudgetExceeded(Exception):
-    """A fit ran past the time ``model.budget_minutes`` left it."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise ``BudgetExceeded`` in this (main) thread after ``seconds`` (SIGALRM; elsewhere no limit)."""
-    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable or math.isinf(seconds):
-        yield
-        return
-    if seconds <= 0:
-        raise BudgetExceeded("no time left")
-
-    def expire(signum: int, frame: Any) -> None:
-        raise BudgetExceeded(f"ran past {seconds:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @contextlib.contextmanager
@@ -162,6 +140,10 @@ def candidate_config(
         out.entry = "rankers.pipeline.train"
         out.ckpt_path = None
         out.pop("bound", None)
+        # model=auto's budget stops a gradient fit between steps (rankers.budget: a polled deadline)
+        if out.get("callbacks") is None:
+            out.callbacks = {}
+        out.callbacks.budget = {"_target_": "rankers.budget.BudgetCallback"}
         if quiet:
             out.logger = None
             if out.get("callbacks") and "progress_bar" in out.callbacks:
@@ -306,6 +288,7 @@ class _CandidateRun:
         self.candidate, self.model, self.data = candidate, model, data
         self.result = CandidateResult(candidate.label)
         self.unlabeled_scores: list[np.ndarray] = []
+        self.held_out_scores: list[np.ndarray] = []  # fold by fold: the held-out documents' scores
         self.held_out_risks: list[torch.Tensor] = []
         self.held_out_defined: list[torch.Tensor] = []
 
@@ -337,8 +320,10 @@ def _fit_fold(
             fitted.trainer.validate(
                 fitted.model, datamodule=datamodule, ckpt_path=fitted.best_checkpoint, verbose=False
             )
+        budget.check(f"{run.label} fold {fold + 1}")  # a fit the deadline stopped early is not scored
     seconds = time.perf_counter() - start
     scores = score_queries(fitted.model, held_out)
+    run.held_out_scores.append(scores)
     result = run.result
     per_query = query_metric(scores, held_out)
     result.fold_scores.append(float(per_query.mean()))
@@ -369,10 +354,13 @@ def cross_validate(
     def attempt(run: _CandidateRun, fold: int, limit: float) -> bool:
         progress.set_postfix_str(f"{run.label} fold {fold + 1}/{folds}")
         try:
-            with time_limit(limit):
+            if limit <= 0:
+                raise BudgetExceeded("no time left")
+            with budget.deadline(limit):  # polled by the fit at its safe points (never a signal)
                 _fit_fold(cfg, run, fold, parts[fold], unlabeled, workdir)
         except BudgetExceeded:
-            run.result.status = f"dropped: fold {fold + 1} ran past the budget ({limit:.0f} s left it)"
+            never = " (never started: no time left)" if limit <= 0 else ""
+            run.result.status = f"dropped: fold {fold + 1} ran past the budget ({max(limit, 0):.0f} s left it){never}"
             progress.update(folds - fold)
             return False
         progress.update(1)
@@ -394,8 +382,11 @@ def cross_validate(
                     f"(first fold {run.result.fit_seconds[0]:.0f} s)"
                 )
                 progress.update(folds - 1)
-    for fold in range(1, folds):
-        for run in runs:
+    # the remaining folds candidate by candidate, the fastest first fold first: when the machine is slower
+    # than the first folds promised, the slowest candidates are the ones the deadline drops (fold-major
+    # order let slow candidates spend the time the cheap ones needed for their last fold)
+    for run in sorted(runs, key=lambda r: r.result.fit_seconds[0] if r.result.fit_seconds else math.inf):
+        for fold in range(1, folds):
             if run.result.complete:
                 attempt(run, fold, math.inf if run is first else deadline - time.perf_counter())
     progress.close()
@@ -439,12 +430,154 @@ def _bound(
     return record
 
 
+def budget_seconds(options: DictConfig) -> float:
+    """``model.budget_minutes`` in seconds: null is no limit; 0 or less is refused (it would run nothing)."""
+    minutes = options.get("budget_minutes")
+    if minutes is None:
+        return math.inf
+    if float(minutes) <= 0:
+        raise ValueError(
+            f"model.budget_minutes={minutes}: a budget must be > 0 minutes (null: no limit); with no time "
+            "nothing but the first candidate could run: choose a model (model=<name>) instead"
+        )
+    return float(minutes) * 60.0
+
+
+def _refit(cfg: DictConfig, run: _CandidateRun, out: Path, quiet: bool) -> tuple[Any, Any, DictConfig, float]:
+    """Fit ``run``'s candidate on every training query with the run's seed (as ``train.py model=<it>``)."""
+    refit_cfg = candidate_config(cfg, run.model, out, quiet=quiet, data=run.data)
+    pl.seed_everything(int(cfg.seed), workers=True)
+    data = instantiate(refit_cfg.data)
+    data.prepare_data()
+    data.setup("fit")
+    start = time.perf_counter()
+    fitted = fit(refit_cfg, data, out)
+    return fitted, data, refit_cfg, time.perf_counter() - start
+
+
+def _blend_cv(members: list[_CandidateRun], parts: list[tuple[LetorData, LetorData]]) -> dict[str, dict]:
+    """Each blend method's held-out figures on the candidates' own folds: per-query ndcg@10, risks."""
+    out = {}
+    for method in METHODS:
+        query_scores, fold_scores, risks, defined = [], [], [], []
+        for fold, (_, held_out) in enumerate(parts):
+            scores = combine_flat([m.held_out_scores[fold] for m in members], held_out.offsets, method)
+            per_query = query_metric(scores, held_out)
+            query_scores.extend(per_query.tolist())
+            fold_scores.append(float(per_query.mean()))
+            r, d = held_out_risks(scores, held_out)
+            risks.append(r)
+            defined.append(d)
+        out[method] = {"query_scores": query_scores, "fold_scores": fold_scores, "risks": risks, "defined": defined}
+    return out
+
+
+def plan_blend(runs: list[_CandidateRun], parts: list[tuple[LetorData, LetorData]]) -> tuple[list[str], str, dict]:
+    """What the refit makes: ``(members, method, record)``; one member and method ``single`` unless the
+    top candidates are within noise (``cv.tied_with_best``) and a blend's CV mean beats the best's."""
+    results = [run.result for run in runs]
+    best = choose(results)
+    tied = tied_with_best(results)
+    record: dict[str, Any] = {"tied_with_best": tied}
+    if len(tied) < 2:
+        others = sum(result.complete for result in results) - 1
+        record["why"] = (
+            "the best candidate is ahead of every other complete one by more than one standard error (paired)"
+            if others
+            else "the only candidate that completed every fold within the budget"
+        )
+        return [best.label], "single", record
+    members = [run for label in tied for run in runs if run.label == label]
+    cv = _blend_cv(members, parts)
+    n = len(best.query_scores)
+    means = {method: sum(cv[method]["query_scores"]) / n for method in METHODS}
+    record["cv_mean"] = {"best alone": best.mean, **{f"blend {m}": v for m, v in means.items()}}
+    method = max(METHODS, key=lambda m: (means[m], -METHODS.index(m)))
+    if means[method] < best.mean:
+        record["why"] = (
+            f"{', '.join(tied)} are within one standard error, but neither blend beat {best.label} alone in "
+            f"the CV ({means[method]:.4f} against {best.mean:.4f})"
+        )
+        return [best.label], "single", record
+    gaps = [a - b for a, b in zip(cv[method]["query_scores"], best.query_scores, strict=True)]
+    se = float(np.std(gaps, ddof=1) / math.sqrt(len(gaps))) if len(gaps) > 1 else 0.0
+    record["why"] = (
+        f"{', '.join(tied)} are within one standard error of each other (paired, on the same held-out "
+        f"queries): blended by {method}, whose CV mean {means[method]:.4f} is the higher of the two methods "
+        f"({', '.join(f'{m} {v:.4f}' for m, v in means.items())}) and {np.mean(gaps):+.4f} ± {se:.4f} "
+        f"against {best.label} alone"
+    )
+    record["cv"] = {m: {"fold_scores": cv[m]["fold_scores"]} for m in METHODS}
+    record["_risks"] = (cv[method]["risks"], cv[method]["defined"])
+    return [run.label for run in members], method, record
+
+
+class _BlendRanker(nn.Module):
+    """A blend as the framework scores: padded ``[B, L, F]`` (mask ``[B, L]``) -> ``[B, L]``, one query
+    at a time through the exported ``BlendScorer`` (the blend is per query)."""
+
+    def __init__(self, scorer: nn.Module) -> None:
+        super().__init__()
+        self.scorer = scorer
+        self.device = torch.device("cpu")
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        out = torch.zeros(features.shape[:2])
+        lengths = mask.sum(1).tolist() if mask is not None else [features.shape[1]] * features.shape[0]
+        for row, length in enumerate(lengths):
+            if length:
+                out[row, :length] = self.scorer(features[row, :length].float().cpu())
+        return out
+
+
+def _export_blend(member_exports: list[dict], method: str, out: Path) -> tuple[nn.Module, dict[str, str]]:
+    """``out/export/scorer.pt`` and ``scorer.onnx`` of the blend of the members' exports (one file each)."""
+    export = out / "export"
+    export.mkdir(parents=True, exist_ok=True)
+    members = [torch.jit.load(paths["torchscript"]) for paths in member_exports]
+    scripted = torch.jit.script(BlendScorer(members, method).eval())
+    paths = {
+        "torchscript": str(export / "scorer.pt"),
+        "onnx": str(export / "scorer.onnx"),
+        "meta": str(export / "meta.json"),
+    }
+    for key in ("torchscript", "onnx"):  # written beside, then moved in: no half file is ever loaded
+        tmp = Path(paths[key]).with_name(f".{Path(paths[key]).name}.tmp")
+        if key == "torchscript":
+            torch.jit.save(scripted, str(tmp))
+        else:
+            blend_onnx([p["onnx"] for p in member_exports], method, tmp)
+        tmp.replace(paths[key])
+    first = json.loads(Path(member_exports[0]["meta"]).read_text())
+    meta = {
+        "n_features": first["n_features"],
+        "input": "float32 [L, F] raw features (one query)",
+        "output": "float32 [L] scores",
+        "model": "auto blend",
+        "blend": method,
+        "members": [json.loads(Path(p["meta"]).read_text()).get("model", "?") for p in member_exports],
+    }
+    Path(paths["meta"]).write_text(json.dumps(meta, indent=1))
+    return scripted, paths
+
+
+def _blend_metrics(ranker: _BlendRanker, data: LetorData, gain: str, empty: float) -> dict[str, float]:
+    metrics = ranking_metrics(gain=gain, empty=empty)
+    with torch.no_grad():
+        for queries in _chunks(data.num_queries, 64):
+            features, labels, mask = _padded(data, queries)
+            scores = ranker(features, mask)
+            for metric in metrics.values():
+                metric.update(scores, labels, mask)
+    return {name: float(metric.compute()) for name, metric in metrics.items()}
+
+
 def train_auto(cfg: DictConfig) -> dict[str, Any]:
-    """``train.py model=auto``: cross-validate the candidates, refit and export the best, bound it."""
+    """``train.py model=auto``: cross-validate the candidates, refit the best (or blend the top ones when
+    the CV cannot tell them apart), export it, bound it."""
     started = time.perf_counter()
     options = cfg.model
-    budget = float(options.get("budget_minutes") or math.inf) * 60.0
-    deadline = started + budget
+    deadline = started + budget_seconds(options)
     if cfg.get("ckpt_path"):
         raise ValueError("model=auto does not resume: resume the chosen model (model=<name> ckpt_path=...)")
     pl.seed_everything(int(cfg.seed), workers=True)
@@ -461,38 +594,43 @@ def train_auto(cfg: DictConfig) -> dict[str, Any]:
     train = splits["train"]
     unlabeled, source = _unlabeled_sample(cfg, splits)
     workdir = out / "selection"
-    runs, _ = cross_validate(cfg, train, unlabeled, workdir, deadline)
+    runs, parts = cross_validate(cfg, train, unlabeled, workdir, deadline)
     shutil.rmtree(workdir, ignore_errors=True)
     cv_seconds = time.perf_counter() - started
     winner = next(run for run in runs if run.label == choose([run.result for run in runs]).label)
+    blend_labels, method, blend_record = (
+        plan_blend(runs, parts)
+        if bool(options.get("blend", True))
+        else ([winner.label], "single", {"why": "model.blend=false"})
+    )
     metric = f"ndcg@{_METRIC_K}"
     table = format_table([run.result for run in runs], winner.label, metric)
     print(f"\nmodel=auto: {int(options.folds)}-fold CV on {train.num_queries} training queries\n{table}\n", flush=True)
-    log.info("model=auto chose %s", winner.label)
-
-    refit_cfg = candidate_config(cfg, winner.model, out, quiet=False, data=winner.data)
-    pl.seed_everything(int(cfg.seed), workers=True)
-    refit_data = instantiate(refit_cfg.data)
-    refit_data.prepare_data()
-    refit_data.setup("fit")
-    refit_start = time.perf_counter()
-    fitted = fit(refit_cfg, refit_data, out)
-    refit_seconds = time.perf_counter() - refit_start
     selection = {
-        "chosen": winner.label,
+        "chosen": winner.label if method == "single" else f"blend ({method}) of {' + '.join(blend_labels)}",
+        "blend": {
+            "members": blend_labels,
+            "method": method,
+            **{k: v for k, v in blend_record.items() if k != "_risks"},
+        },
         "metric": f"{metric} (trec_eval ndcg_cut_10: linear gain) on held-out queries",
         "folds": int(options.folds),
         "seed": int(cfg.seed),
         "training_queries": train.num_queries,
         "budget_minutes": options.get("budget_minutes"),
         "cv_seconds": cv_seconds,
-        "refit_seconds": refit_seconds,
         "candidates": {run.label: run.result.as_dict() for run in runs},
         "table": table,
     }
-    results = report(refit_cfg, fitted, refit_data, out, extra={"model": "auto", "selection": selection})
-    test = refit_data.splits.get("test") if refit_data.paths.get("test") else None
-    results["bound"] = _bound(cfg, runs, winner, fitted.model, train, unlabeled, source, test)
+    log.info("model=auto chose %s: %s", selection["chosen"], blend_record.get("why", ""))
+    if method == "single":
+        fitted, refit_data, refit_cfg, refit_seconds = _refit(cfg, winner, out, quiet=False)
+        selection["refit_seconds"] = refit_seconds
+        results = report(refit_cfg, fitted, refit_data, out, extra={"model": "auto", "selection": selection})
+        test = refit_data.splits.get("test") if refit_data.paths.get("test") else None
+        results["bound"] = _bound(cfg, runs, winner, fitted.model, train, unlabeled, source, test)
+    else:
+        results = _refit_blend(cfg, runs, blend_labels, method, blend_record, selection, out, train, unlabeled, source)
     results["total_seconds"] = time.perf_counter() - started
     if "bound" in results and "bound" in results["bound"]:
         log.info(
@@ -501,4 +639,56 @@ def train_auto(cfg: DictConfig) -> dict[str, Any]:
             results["bound"]["delta"],
         )
     (out / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def _refit_blend(
+    cfg: DictConfig,
+    runs: list[_CandidateRun],
+    labels: list[str],
+    method: str,
+    record: dict[str, Any],
+    selection: dict[str, Any],
+    out: Path,
+    train: LetorData,
+    unlabeled: LetorData | None,
+    source: str,
+) -> dict[str, Any]:
+    """Refit every member on every training query (each exported into ``out/members/<i>``), export the
+    blend as one scorer and evaluate it as the framework evaluates any model."""
+    members = [run for label in labels for run in runs if run.label == label]
+    exports, member_results, seconds = [], {}, 0.0
+    for i, run in enumerate(members):
+        member_out = out / "members" / f"{i}-{run.label.split()[0]}"
+        fitted, data, refit_cfg, refit_seconds = _refit(cfg, run, member_out, quiet=True)
+        seconds += refit_seconds
+        result = report(refit_cfg, fitted, data, member_out)
+        exports.append(result["export"])
+        member_results[run.label] = {k: result.get(k) for k in ("val", "test", "fit_seconds")}
+    selection["refit_seconds"] = seconds
+    selection["members"] = member_results
+    scripted, paths = _export_blend(exports, method, out)
+    ranker = _BlendRanker(scripted)
+    gain, empty = str(cfg.model.get("gain", "exp2")), 0.0
+    splits = data.splits
+    results: dict[str, Any] = {
+        # a validation file only: the members' held-out shares (their own val_fraction) differ
+        "val": _blend_metrics(ranker, splits["val"], gain, empty) if data.paths.get("val") else {},
+        "fit_seconds": seconds,
+        "seed": cfg.seed,
+        "data": getattr(data, "statistics", {}),
+        "conventions": {"gain": gain, "empty": empty, "ties": "list position"},
+    }
+    test = splits.get("test") if data.paths.get("test") else None
+    if test is not None:
+        results["test"] = _blend_metrics(ranker, test, gain, empty)
+    results["export"] = paths
+    results.update(model="auto", selection=selection)
+    blended = _CandidateRun(Candidate(selection["chosen"], "blend"), DictConfig({}))
+    blended.held_out_risks, blended.held_out_defined = record["_risks"]
+    if unlabeled is not None:
+        for fold in range(int(cfg.model.folds)):
+            fold_members = [m.unlabeled_scores[fold] for m in members]
+            blended.unlabeled_scores.append(combine_flat(fold_members, unlabeled.offsets, method))
+    results["bound"] = _bound(cfg, runs, blended, ranker, train, unlabeled, source, test)
     return results

@@ -21,7 +21,8 @@ RankLib remain: sklearn tries every midpoint between distinct values as a thresh
 256 equal-width candidates per feature), and its best-first order splits the leaf with the largest
 impurity decrease first (RankLib: the largest squared error).
 
-The scorer (``TreeEnsembleScorer``) holds every tree as node arrays ``feature, threshold, left,
+The scorer (``rankers.trees.ensemble.TreeEnsembleScorer``, shared with boosting) holds every tree
+as node arrays ``feature, threshold, left,
 right, value, missing_left [T, M]`` (``M = 2 * max_leaves - 1``, padding nodes unused); a leaf
 points to itself, so ``depth`` steps of one gather over all trees at once bring every document to
 its leaf: ``node <- left[node] if x[feature[node]] <= threshold[node] else right[node]``.
@@ -34,15 +35,14 @@ comparison says (sklearn's ``predict`` refuses infinities).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.tree import DecisionTreeRegressor
-from torch import Tensor, nn
+
+from rankers.trees.ensemble import TreeEnsembleScorer, float32_at_most
 
 __all__ = [
     "BOOTSTRAPS",
@@ -175,14 +175,6 @@ class TreeArrays:
     depth: int  # the deepest leaf's depth: traversal steps
 
 
-def _float32_at_most(threshold: np.ndarray) -> np.ndarray:
-    """The largest float32 ``<=`` each float64: for a float32 ``x``, ``x <= t`` iff ``x <= result``."""
-    down = threshold.astype(np.float32)
-    above = down.astype(np.float64) > threshold
-    down[above] = np.nextafter(down[above], np.float32(-np.inf))
-    return down
-
-
 def _siblings_adjacent(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """sklearn's node ids (depth-first) -> new ids in breadth-first order where every node's two
     children get consecutive ids: ``order[new] = old``."""
@@ -227,69 +219,11 @@ def pack_trees(trees: Sequence[DecisionTreeRegressor], max_nodes: int | None = N
         old_left = t.children_left[order]
         internal = old_left >= 0
         arrays.feature[i, :n] = np.where(internal, t.feature[order], 0)
-        arrays.threshold[i, :n] = np.where(internal, _float32_at_most(t.threshold[order]), np.inf)
+        arrays.threshold[i, :n] = np.where(internal, float32_at_most(t.threshold[order]), np.inf)
         arrays.left[i, :n] = np.where(internal, new_id[np.maximum(old_left, 0)], np.arange(n))
         arrays.value[i, :n] = np.where(internal, 0.0, t.value[order, 0, 0])
         arrays.nan_right[i, :n] = internal & (np.asarray(t.missing_go_to_left)[order] == 0)
     return arrays
-
-
-class TreeEnsembleScorer(nn.Module):
-    """The forest's mean tree output: raw features ``[..., F]`` -> scores ``[...]``.
-
-    Node arrays ``[T, M]`` are buffers flattened to ``[T * M]`` so that one gather indexes every
-    tree at once; ``depth`` steps of
-
-        node <- left[node] + (x[feature[node]] > threshold[node])
-
-    reach every leaf. NaN costs nothing per step: the features are read from ``[x with NaN -> -inf,
-    x with NaN -> +inf]`` (``[N, 2F]``), and a node whose NaN goes right reads the second half.
-    ``n_trees`` of the ``T`` rows score (the rest are unused preallocated rows).
-    """
-
-    def __init__(
-        self,
-        feature: Tensor,
-        threshold: Tensor,
-        left: Tensor,
-        value: Tensor,
-        nan_right: Tensor,
-        *,
-        depth: int,
-        n_features: int,
-        n_trees: int | None = None,
-    ) -> None:
-        super().__init__()
-        t = feature.shape[0] if n_trees is None else n_trees
-        width = feature.shape[1]
-        base = torch.arange(t, dtype=torch.long)[:, None] * width  # [T, 1]: each tree's first flat node
-        self.register_buffer("feature", (feature[:t].long() + n_features * nan_right[:t].long()).reshape(-1))
-        self.register_buffer("threshold", threshold[:t].reshape(-1).float())
-        self.register_buffer("left", (left[:t].long() + base).reshape(-1))  # flat indices
-        self.register_buffer("value", value[:t].reshape(-1).float())
-        self.register_buffer("roots", base.reshape(1, -1))
-        self.depth = int(depth)
-        self.n_trees = int(t)
-        self.n_features = int(n_features)
-
-    @classmethod
-    def from_arrays(cls, arrays: TreeArrays, n_features: int) -> TreeEnsembleScorer:
-        tensors = (arrays.feature, arrays.threshold, arrays.left, arrays.value, arrays.nan_right)
-        return cls(
-            *(torch.from_numpy(np.ascontiguousarray(a)) for a in tensors), depth=arrays.depth, n_features=n_features
-        )
-
-    def forward(self, features: Tensor) -> Tensor:
-        shape = features.shape[:-1]
-        x = features.reshape(-1, features.shape[-1]).float()  # [N, F]
-        nan = torch.isnan(x)
-        both = torch.cat([x.masked_fill(nan, -math.inf), x.masked_fill(nan, math.inf)], 1)  # [N, 2F]
-        node = self.roots.expand(x.shape[0], self.n_trees)  # [N, T] flat node index
-        for _ in range(self.depth):
-            right = both.gather(1, self.feature[node]) > self.threshold[node]
-            node = self.left[node] + right  # bool promotes to 0 / 1
-        scores = self.value[node].sum(-1) / max(self.n_trees, 1)
-        return scores.reshape(shape)
 
 
 def forest_scores_numpy(trees: Sequence[DecisionTreeRegressor], features: np.ndarray) -> np.ndarray:

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from datamodules.letor_io import read_letor
+from rankers import budget
 from rankers.epoch_selection import query_folds
 from rankers.pipeline import train
 from rankers.score import score_file
 from rankers.selection import run as selection_run
 from rankers.selection.cv import CandidateResult, choose, first_fold_allowance, parse_candidate, plan_budget
-from rankers.selection.run import BudgetExceeded, cross_validate, time_limit, train_auto
+from rankers.selection.run import budget_seconds, cross_validate, train_auto
 
 FAST = ["rankboost model.rounds=20", "committee_perceptron model.committee_size=5 model.n_runs=1"]
 
@@ -62,11 +63,15 @@ def test_choose_takes_the_best_complete_mean_weighted_by_fold_sizes():
 
 
 def fake_fits(monkeypatch, seconds: dict[str, float], sleep: dict[str, float] | None = None):
-    """Replace the fold fit: record which queries each candidate held out, report ``seconds``."""
+    """Replace the fold fit: record which queries each candidate held out, report ``seconds``. A fit
+    "runs" ``sleep`` seconds as a learner does: polling the budget at safe points (every 10 ms)."""
     seen: dict[tuple[str, int], list[int]] = {}
 
     def fit_fold(cfg, run, fold, parts, unlabeled, workdir):
-        time.sleep((sleep or {}).get(run.label, 0.0))
+        end = time.perf_counter() + (sleep or {}).get(run.label, 0.0)
+        while time.perf_counter() < end and not budget.expired():
+            time.sleep(0.01)
+        budget.check(run.label)
         held_out = parts[1]
         seen[(run.label, fold)] = held_out.qids[held_out.offsets[:-1]].tolist()
         run.result.fold_scores.append(0.5)
@@ -118,8 +123,56 @@ def test_a_first_fold_past_its_share_of_the_budget_is_stopped(make_cfg, letor_fi
     # the first candidate always completes, even past the deadline: there is always a choice
     late, _ = cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=time.perf_counter())
     assert [run.result.status.split(":")[0] for run in late] == ["complete", "dropped", "dropped"]
-    with pytest.raises(BudgetExceeded), time_limit(0.0):
-        pass
+    assert late[1].result.as_dict()["mean"] is None  # never ran: null in results.json, not NaN
+    assert "never started" in late[1].result.status
+
+
+def test_the_budget_never_uses_a_signal_and_zero_minutes_is_refused(make_cfg, letor_files, monkeypatch, tmp_path):
+    """Issue 41: SIGALRM went off inside Hydra's instantiate; a budget of 0 ran without a limit."""
+    import signal
+
+    def no_alarm(*args, **kwargs):
+        raise AssertionError("model=auto armed a signal timer")
+
+    monkeypatch.setattr(signal, "setitimer", no_alarm)
+    monkeypatch.setattr(signal, "alarm", no_alarm)
+    cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[first,slow]")
+    monkeypatch.setattr(selection_run, "_compose_model", lambda candidate: {})
+    fake_fits(monkeypatch, {"first": 0.0, "slow": 0.0}, sleep={"slow": 3.0})
+    runs, _ = cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=time.perf_counter() + 1)
+    assert runs[1].result.status.startswith("dropped: fold 1 ran past the budget")
+    assert json.loads(json.dumps(runs[1].result.as_dict()))["mean"] is None
+    with pytest.raises(ValueError, match=r"model\.budget_minutes=0: a budget must be > 0 minutes \(null: no limit\)"):
+        train_auto(auto_cfg(make_cfg, letor_files, "model.budget_minutes=0"))
+    assert budget_seconds({"budget_minutes": None}) == float("inf")
+    assert budget_seconds({"budget_minutes": 0.5}) == 30.0
+
+
+def test_a_learner_and_a_lightning_fit_stop_at_their_safe_points_when_the_deadline_passes():
+    """The harness's log answers should_stop once the deadline passed; the callback ends a Lightning fit."""
+    from types import SimpleNamespace
+
+    from rankers.harness import HarnessLog
+
+    log = HarnessLog([])
+    callback = budget.BudgetCallback()
+    trainer = SimpleNamespace(should_stop=False)
+    with budget.deadline(60.0):
+        assert not log.should_stop()
+        callback.on_train_batch_end(trainer)
+        assert not trainer.should_stop
+    with budget.deadline(0.0):
+        assert log.should_stop() and log.signal_name is None  # a budget's stop, not an interruption
+        callback.on_train_batch_end(trainer)
+        assert trainer.should_stop
+        with pytest.raises(budget.BudgetExceeded):
+            budget.check()
+    assert not log.should_stop()  # the deadline ends with its block
+    # epoch selection's fixed-length fits (min_epochs = max_epochs ignore should_stop) raise at an epoch end
+    strict = budget.BudgetCallback(raise_at_epoch_end=True)
+    strict.on_train_epoch_end(trainer)
+    with budget.deadline(0.0), pytest.raises(budget.BudgetExceeded, match="epoch-selection"):
+        strict.on_train_epoch_end(trainer)
 
 
 @pytest.mark.slow  # two candidates x 3 folds, the refit, its ONNX export and a direct run: about 20 s idle
