@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 import rankers.resolvers  # noqa: F401  (registers the config resolvers; the pipeline loads with its entry)
 from datamodules.errors import DataError
+from rankers.hparams_search import in_search, objective
 from rankers.quiet import quiet_third_party
 
 log = logging.getLogger("train")
@@ -25,6 +26,8 @@ def main(cfg: DictConfig) -> float | None:
     except DataError as error:
         # input that cannot be used: one line that says what and where, not a traceback from inside
         log.error("%s", error)  # on the console and in the run's log file
+        if in_search(cfg):
+            raise  # the search records the trial as failed and goes on (SystemExit would end the sweep)
         raise SystemExit(EXIT_DATA_ERROR) from error
     finally:
         # a DDP run's gloo/NCCL group is closed here, not by the interpreter's exit, where its threads
@@ -32,9 +35,8 @@ def main(cfg: DictConfig) -> float | None:
         # successful run
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
-    # a value for Hydra sweepers to optimize
-    val = results.get("val", {}) if isinstance(results, dict) else {}
-    return val.get("ndcg@10", val.get("rank_loss"))
+    # a value for Hydra sweepers to optimize: results.json's val entry of `optimized_metric` (hparams_search)
+    return objective(cfg, results)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ def monitor_mode(name: str) -> str:
     return declared_mode(name)
 
 
+def search_direction(name: str) -> str:
+    """``maximize`` or ``minimize``: Optuna's direction for the metric a hyperparameter search optimizes
+    (conf/hparams_search/optuna.yaml), the direction the metric declares."""
+    return "maximize" if monitor_mode(name) == "max" else "minimize"
+
+
 # conf/callbacks: `mode: ${monitor_mode:${model.monitor}}`, the direction the metric declares
 OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
+OmegaConf.register_new_resolver("search_direction", search_direction, replace=True)
 OmegaConf.register_new_resolver("first_given", first_given, replace=True)
