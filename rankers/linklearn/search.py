@@ -24,6 +24,8 @@ import hashlib
 import json
 import logging
 import sys
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,13 +151,15 @@ def save_index(path: Path, index: Index) -> None:
 
 def load_index(path: Path) -> Index:
     corpus, extra = load_corpus(path)
-    postings = torch.sparse_csr_tensor(
-        torch.from_numpy(extra["crow"]),
-        torch.from_numpy(extra["col"]),
-        torch.from_numpy(extra["values"]),
-        tuple(int(n) for n in extra["shape"]),
-        check_invariants=True,  # a damaged cache file fails here, not as a wrong product
-    )
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": retrieval.sparse uses it throughout
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        postings = torch.sparse_csr_tensor(
+            torch.from_numpy(extra["crow"]),
+            torch.from_numpy(extra["col"]),
+            torch.from_numpy(extra["values"]),
+            tuple(int(n) for n in extra["shape"]),
+            check_invariants=True,  # a damaged cache file fails here, not as a wrong product
+        )
     return Index(extra["doc_ids"].tobytes().decode().split("\n"), corpus, postings)
 
 
@@ -167,7 +171,10 @@ def cached_index(
     key = file_digest(docs_path, model_dir / "term_weight.pt")[:24]
     path = model_dir / "index" / f"{key}.npz"
     if use_cache and path.is_file():
-        return load_index(path).to(device), True
+        try:
+            return load_index(path).to(device), True
+        except (OSError, ValueError, KeyError, RuntimeError, zipfile.BadZipFile) as error:
+            log.warning("unreadable cached index %s (%s: %s): building it again", path, type(error).__name__, error)
     docs = read_documents(docs_path)
     index = build_index(docs, model, device)
     if use_cache:

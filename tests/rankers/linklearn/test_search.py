@@ -97,6 +97,10 @@ def test_the_index_is_cached_beside_the_model_by_content(trained, tmp_path):
     changed.write_text((adhoc / "docs.tsv").read_text().replace("\t", "\tzzz ", 1))
     third = search(model, changed, adhoc / "queries.tsv", output=None, device=torch.device("cpu"))
     assert not third["index_cached"] and len(list((model / "index").iterdir())) == 2
+    # a damaged cache file is built again, not trusted
+    cached[0].write_bytes(cached[0].read_bytes()[:100])
+    again = search(*args, output=tmp_path / "c.txt", device=torch.device("cpu"))
+    assert not again["index_cached"] and (tmp_path / "c.txt").read_text() == (tmp_path / "a.txt").read_text()
     # the cached index is the index built afresh
     fresh = build_index(read_documents(adhoc / "docs.tsv"), load_term_weight(model), torch.device("cpu"))
     assert torch.equal(load_index(cached[0]).postings.to_dense(), fresh.postings.to_dense())
