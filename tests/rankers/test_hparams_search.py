@@ -109,8 +109,9 @@ def test_a_trial_record_says_why_it_failed():
     assert trial_record(config, done)["value"] == 0.5
 
 
-def _sweep(out: Path, data: Path, *overrides: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "train.py", "-m", "hparams_search=optuna", *SMALL, f"paths.data_dir={data}"]
+def _sweep(out: Path, data: Path, *overrides: str, small: bool = True) -> subprocess.CompletedProcess:
+    sizes = SMALL if small else SMALL[-3:]  # the synthetic data's sizes, or only the trainer's and logger's
+    command = [sys.executable, "train.py", "-m", "hparams_search=optuna", *sizes, f"paths.data_dir={data}"]
     command += [*overrides, f"hydra.sweep.dir={out}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -171,3 +172,25 @@ def test_a_bad_search_space_stops_before_any_trial(tmp_path):
     run = _sweep(out, tmp_path / "data", "model=prank", "model.tau=interval(0.1,0.9)")
     assert run.returncode != 0 and "model=prank does not have: model.tau" in run.stderr
     assert not any(p.is_dir() for p in out.glob("*"))  # no trial ran
+
+
+@pytest.mark.slow
+def test_unusable_input_fails_each_trial_instead_of_ending_the_sweep_at_the_first(tmp_path):
+    # outside a search train.py exits 2 on a DataError; inside one each trial is recorded as failed
+    rows = [f"{(q + d) % 3} qid:{q} 1:0.5 2:1" for q in range(8) for d in range(4)]  # no feature varies
+    train = tmp_path / "constant.txt"
+    train.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "sweep"
+    run = _sweep(
+        out,
+        tmp_path / "data",
+        "model=lambdarank",
+        "data=letor",
+        f"data.train={train}",
+        "hydra.sweeper.n_trials=2",
+        small=False,
+    )
+    trials = read_trials(out)
+    assert [t["state"] for t in trials] == ["fail", "fail"]
+    assert all(f"{train}: no feature varies" in t["error"] for t in trials)
+    assert run.returncode != 0 and "No trials are completed" in run.stderr
