@@ -11,7 +11,8 @@ SHA-256 of the documents file and of the model), so a second search skips tokeni
 Queries are ranked, the top ``--depth`` documents of each written as a TREC run, and with qrels the run
 is evaluated by ``retrieval.evaluate`` on the whole ranking: MAP, P@10, R-precision and nDCG@10 equal
 to what the training run reports for that collection (``results.json["adhoc"]``), which builds the same
-corpora (``datamodules.adhoc``) and scores them with the same ``collection_scores`` steps.
+corpora (``datamodules.adhoc``) and scores them with the same ``collection_scores`` steps (on the same
+kind of device: a GPU's sums may round differently from a CPU's).
 
 Bad input (a folder that is no LinkLearn export, an empty or malformed documents file, duplicate ids)
 is refused with the file and line, exit status 2.
@@ -278,8 +279,10 @@ def search(
             write_top(writer, scores, query_ids[rows_], index.doc_ids, depth)
             if labels is not None:
                 parts.append(scores if whole else _chunk_measures(scores, labels[rows_]))
-    finally:
-        close_run(writer, output)
+    except BaseException:
+        close_run(writer, None)  # no half-written run under the output's name
+        raise
+    close_run(writer, output)
     result = {
         "documents": len(index.doc_ids),
         "queries": len(query_ids),
@@ -315,11 +318,12 @@ def open_run(output: Path | None):
 
 
 def close_run(writer, output: Path | None) -> None:
+    """Publish the written run as ``output`` (atomic rename), or discard it (``output`` None)."""
     if writer is None:
         return
     handle, partial = writer
     handle.close()
-    if sys.exc_info()[0] is None:
+    if output is not None:
         partial.replace(output)
     else:
         partial.unlink(missing_ok=True)

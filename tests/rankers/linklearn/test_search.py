@@ -152,3 +152,16 @@ def test_a_model_folder_without_the_weights_is_refused(tmp_path):
     (tmp_path / "meta.json").write_text("{}")
     with pytest.raises(SearchInputError, match=r"term_weight.pt: missing"):
         load_term_weight(tmp_path)
+
+
+def test_plain_files_rank_as_the_folder_does(trained, tmp_path, capsys):
+    run_dir, adhoc, results = trained
+    for name in ("docs.tsv", "queries.tsv", "qrels.txt"):
+        shutil.copy(adhoc / name, tmp_path / f"my_{name}")
+    argv = ["--model", str(run_dir / "export"), "--docs", str(tmp_path / "my_docs.tsv")]
+    argv += ["--queries", str(tmp_path / "my_queries.tsv"), "--qrels", str(tmp_path / "my_qrels.txt")]
+    assert main([*argv, "--output", str(tmp_path / "run.txt"), "--depth", "5", "--no-cache", "--device", "cpu"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["measures"]["map"] == results["adhoc"]["linklearn"]["map"]  # the whole ranking, not the 5 kept
+    assert all(len(docs) == 5 for docs in read_run(tmp_path / "run.txt").values())
+    assert printed["index_cached"] is False  # --no-cache
