@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 import rankers.resolvers  # noqa: F401  (registers the config resolvers; the pipeline loads with its entry)
 from datamodules.errors import DataError
+from rankers.hparams_search import in_search, objective
 from rankers.outputs import EXIT_OUTPUT_ERROR, OutputError
 from rankers.quiet import quiet_third_party
 from rankers.run_identity import RunConflict
@@ -52,6 +53,8 @@ def main(cfg: DictConfig) -> float | None:
         found = user_error(error)
         if found is None:
             raise
+        if in_search(cfg):
+            raise  # the search records the trial as failed and goes on (SystemExit would end the sweep)
         log.error("%s", found[0])  # on the console and in the run's log file
         raise SystemExit(found[1]) from error
     finally:
@@ -60,9 +63,8 @@ def main(cfg: DictConfig) -> float | None:
         # successful run
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
-    # a value for Hydra sweepers to optimize
-    val = results.get("val", {}) if isinstance(results, dict) else {}
-    return val.get("ndcg@10", val.get("rank_loss"))
+    # a value for Hydra sweepers to optimize: results.json's val entry of `optimized_metric` (hparams_search)
+    return objective(cfg, results)
 
 
 if __name__ == "__main__":

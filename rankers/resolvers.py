@@ -29,7 +29,14 @@ def batch_scaled_lr(lr: float, base_batch: int, batch: int) -> float:
     return float(lr) * int(batch) / int(base_batch)
 
 
+def search_direction(name: str) -> str:
+    """``maximize`` or ``minimize``: Optuna's direction for the metric a hyperparameter search optimizes
+    (conf/hparams_search/optuna.yaml), the direction the metric declares."""
+    return "maximize" if monitor_mode(name) == "max" else "minimize"
+
+
 # conf/callbacks: `mode: ${monitor_mode:${model.monitor}}`, the direction the metric declares
 OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
+OmegaConf.register_new_resolver("search_direction", search_direction, replace=True)
 OmegaConf.register_new_resolver("first_given", first_given, replace=True)
 OmegaConf.register_new_resolver("batch_scaled_lr", batch_scaled_lr, replace=True)
