@@ -3,22 +3,26 @@ clicks. Every estimator (regression EM, intervention harvesting, the IPS targets
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 
-@dataclass
 class ClickCells:
     """``row [C]`` features row, ``position [C]`` 1-based, ``impressions [C]``, ``clicks [C]`` (int64);
-    ``query [C]`` the row's query index; ``sessions [Q]`` sessions per query of the features file."""
+    ``query [C]`` the row's query index; ``sessions [Q]`` sessions per query of the features file.
 
-    row: np.ndarray
-    position: np.ndarray
-    impressions: np.ndarray
-    clicks: np.ndarray
-    query: np.ndarray
-    sessions: np.ndarray
+    A plain class, not a dataclass: Hydra would turn a dataclass argument into a config."""
+
+    def __init__(
+        self,
+        row: np.ndarray,
+        position: np.ndarray,
+        impressions: np.ndarray,
+        clicks: np.ndarray,
+        query: np.ndarray,
+        sessions: np.ndarray,
+    ) -> None:
+        self.row, self.position, self.impressions, self.clicks = row, position, impressions, clicks
+        self.query, self.sessions = query, sessions
 
     @property
     def max_position(self) -> int:

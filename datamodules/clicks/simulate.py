@@ -76,7 +76,8 @@ def simulate_query(
 
 
 def simulate(data: LetorData, doc_ids: list[str], sim: Simulation, out: str | os.PathLike) -> dict:
-    """Write ``out/features.txt``, ``out/clicks.tsv`` (with its header) and ``out/simulation.json``."""
+    """Write ``out/features.txt``, ``out/clicks.tsv`` (with its header), ``out/simulation.json`` and
+    ``out/shown_labeled.txt`` (the shown documents with their true labels: the full-information reference)."""
     if sim.click_model not in MODELS:
         raise ValueError(f"click model must be one of {MODELS}, got {sim.click_model!r}")
     out = Path(out)
@@ -98,6 +99,8 @@ def simulate(data: LetorData, doc_ids: list[str], sim: Simulation, out: str | os
         handle.write("session\tquery\tdoc\tposition\tclick\n")
         handle.writelines(chunks)
     _write_features(out / "features.txt", data, doc_ids, shown_rows)
+    # the full-information reference: the same shown documents with their true labels
+    _write_features(out / "shown_labeled.txt", data, doc_ids, shown_rows, labels=True)
     truth = {
         "simulation": {**sim.__dict__, "sessions": list(sim.sessions)},
         "sessions": session,
@@ -117,13 +120,14 @@ def _tsv_lines(first_session: int, qid: int, docs: list[str], shown: np.ndarray,
     )
 
 
-def _write_features(path: Path, data: LetorData, doc_ids: list[str], keep: np.ndarray) -> None:
-    """The shown (query, doc) lines, label column 0 (the log does not know relevance)."""
+def _write_features(path: Path, data: LetorData, doc_ids: list[str], keep: np.ndarray, labels: bool = False) -> None:
+    """The shown (query, doc) lines, label column 0 (the log does not know relevance) unless ``labels``."""
     lines = []
     for row in np.flatnonzero(keep):
         values = data.features[row]
         pairs = " ".join(f"{j + 1}:{values[j]}" for j in np.flatnonzero(values))
-        lines.append(f"0 qid:{int(data.qids[row])} {pairs} # {doc_ids[row]}\n")
+        label = f"{data.labels[row]:g}" if labels else "0"
+        lines.append(f"{label} qid:{int(data.qids[row])} {pairs} # {doc_ids[row]}\n")
     path.write_text("".join(lines))
 
 
