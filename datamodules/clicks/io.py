@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -147,36 +148,60 @@ def _blocks(path: Path):
             block = more
 
 
-def read_clicks(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The raw columns of a clicks TSV: ``session``, ``query``, ``doc`` (bytes arrays), ``position``
-    (int64), ``click`` (int8), ``line`` (int64 file line of each entry). Refuses a malformed line,
-    a position < 1 or a click other than 0/1, naming the line."""
+def _ids(values: list[bytes], names: dict[int, bytes]) -> np.ndarray:
+    """``[n]`` int64 ids of byte strings (Python's 64-bit string hash: no per-value numpy object),
+    recording one spelling per id in ``names``. A collision of two different names is refused."""
+    ids = np.fromiter(map(hash, values), dtype=np.int64, count=len(values))
+    unique, first = np.unique(ids, return_index=True)
+    for value, at in zip(unique.tolist(), first.tolist(), strict=True):
+        known = names.setdefault(value, values[at])
+        if known != values[at]:  # about 1 in 10^8 for 10^6 names; said rather than merged
+            raise ClickLogError(f"ids {known!r} and {values[at]!r} collide under the string hash; rename one")
+    return ids
+
+
+def _integers(values: list[bytes]) -> np.ndarray | None:
+    """``[n]`` int64 of decimal strings, or None when one is not an integer."""
+    text = b" ".join(values)
+    if not text.replace(b" ", b"").replace(b"-", b"").isdigit():
+        return None
+    parsed = (
+        np.array(text.split(), dtype=np.int64) if len(values) < 64 else np.fromstring(text, dtype=np.int64, sep=" ")
+    )
+    return parsed if len(parsed) == len(values) else None
+
+
+def read_clicks(path: str | os.PathLike) -> dict[str, Any]:
+    """The columns of a clicks TSV: ``session``, ``query``, ``doc`` (int64 ids, their spellings in
+    ``names[column][id]``), ``position`` (int64), ``click`` (int8), ``line`` (int64 file line of each
+    entry). Refuses a malformed line, a position < 1 or a click other than 0/1, naming the line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"clicks file not found: {path}")
     parts: dict[str, list[np.ndarray]] = {name: [] for name in (*COLUMNS, "line")}
+    names: dict[str, dict[int, bytes]] = {"session": {}, "query": {}, "doc": {}}
     for first, block in _blocks(path):
         fields = _split_fields(block)
         lines = block.count(b"\n") + 1
         if len(fields) != len(COLUMNS) * lines:
             raise _find_bad_line(path, first, block, "wrong number of columns")
-        try:
-            position = np.array(fields[3::5]).astype(np.int64)
-        except ValueError:
-            raise _find_bad_line(path, first, block, "a position is not an integer") from None
-        click = np.array(fields[4::5])
-        good_click = (click == b"0") | (click == b"1")
-        if (position < 1).any() or not good_click.all():
+        position = _integers(fields[3::5])
+        clicks = b"".join(fields[4::5])
+        click = np.frombuffer(clicks, dtype=np.uint8) - ord("0") if len(clicks) == lines else None
+        if position is None or click is None or (position < 1).any() or (click > 1).any():
             raise _find_bad_line(path, first, block, "bad position or click")
-        parts["session"].append(np.array(fields[0::5]))
-        parts["query"].append(np.array(fields[1::5]))
-        parts["doc"].append(np.array(fields[2::5]))
+        for column, index in (("session", 0), ("query", 1), ("doc", 2)):
+            parts[column].append(_ids(fields[index::5], names[column]))
         parts["position"].append(position)
-        parts["click"].append((click == b"1").astype(np.int8))
+        parts["click"].append(click.astype(np.int8))
         parts["line"].append(np.arange(first, first + lines, dtype=np.int64))
     if not parts["line"]:
         raise ClickLogError(f"{path}: no click lines")
-    return {name: np.concatenate(values) for name, values in parts.items()}
+    return {**{name: np.concatenate(values) for name, values in parts.items()}, "names": names}
+
+
+def _name(raw: dict[str, Any], column: str, at: int) -> str:
+    return raw["names"][column][int(raw[column][at])].decode(errors="replace")
 
 
 def _first_line(lines: np.ndarray, bad: np.ndarray) -> int:
@@ -185,8 +210,10 @@ def _first_line(lines: np.ndarray, bad: np.ndarray) -> int:
 
 def _join(path: Path, raw: dict[str, np.ndarray], data: LetorData, doc_ids: list[str]) -> np.ndarray:
     """The features row of each click line; a (query, doc) without a features line is refused."""
-    query_names, query_of = np.unique(raw["query"], return_inverse=True)
-    doc_names, doc_of = np.unique(raw["doc"], return_inverse=True)
+    query_ids, query_of = np.unique(raw["query"], return_inverse=True)
+    doc_ids_seen, doc_of = np.unique(raw["doc"], return_inverse=True)
+    query_names = [raw["names"]["query"][q] for q in query_ids.tolist()]
+    doc_names = [raw["names"]["doc"][d] for d in doc_ids_seen.tolist()]
     qid_index = {str(int(q)): i for i, q in enumerate(np.unique(data.qids))}
     feature_qid = np.unique(data.qids, return_inverse=True)[1]
     doc_index = {d: i for i, d in enumerate(dict.fromkeys(doc_ids))}
@@ -202,7 +229,7 @@ def _join(path: Path, raw: dict[str, np.ndarray], data: LetorData, doc_ids: list
     known = (q >= 0) & (d >= 0) & (feature_code[order][found] == code)
     if not known.all():
         at = int(np.flatnonzero(~known)[0])
-        name = (raw["query"][at].decode(errors="replace"), raw["doc"][at].decode(errors="replace"))
+        name = (_name(raw, "query", at), _name(raw, "doc", at))
         raise ClickLogError(
             f"{path}:{raw['line'][at]}: query {name[0]} document {name[1]} has no line in the features file "
             f"({int((~known).sum())} click lines like it)"
@@ -223,16 +250,18 @@ def _check_sessions(path: Path, raw: dict[str, np.ndarray], row_query: np.ndarra
     two_queries = same & (q[1:] != q[:-1])
     if two_queries.any():
         at = order[1:][two_queries]
+        at = at[np.argsort(raw["line"][at], kind="stable")]  # the first line first
         raise ClickLogError(
             f"{path}:{_first_line(raw['line'], at)}: session "
-            f"{raw['session'][at[0]].decode(errors='replace')} has two queries "
+            f"{_name(raw, 'session', at[0])} has two queries "
             f"({int(two_queries.sum())} lines like it)"
         )
     repeated = same & (p[1:] == p[:-1])
     if repeated.any():
         at = order[1:][repeated]
+        at = at[np.argsort(raw["line"][at], kind="stable")]
         raise ClickLogError(
-            f"{path}:{_first_line(raw['line'], at)}: session {raw['session'][at[0]].decode(errors='replace')} "
+            f"{path}:{_first_line(raw['line'], at)}: session {_name(raw, 'session', at[0])} "
             f"shows position {int(raw['position'][at[0]])} twice ({int(repeated.sum())} lines like it)"
         )
     return session
