@@ -137,6 +137,8 @@ class UnbiasedModule(RankerModule):
             labels = batch["labels"]
         else:  # held-out log queries: graded by the method's own click targets, scaled to [0, 1]
             loss, scores = self._click_loss(batch)
+            if stage == "val":
+                self._offline.append(self.offline_clicks(scores.detach(), batch))
             targets = self.click_targets(batch).masked_fill(~batch["mask"], 0.0)
             labels = targets / targets.amax(-1, keepdim=True).clamp_min(1e-12)
         size = batch["mask"].shape[0]
@@ -146,6 +148,35 @@ class UnbiasedModule(RankerModule):
         for name, metric in metrics.items():
             metric.update(scores, labels, batch["mask"])
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=size)
+
+    def on_validation_epoch_start(self) -> None:
+        self._offline: list[Tensor] = []
+
+    def offline_clicks(self, scores: Tensor, batch: Batch, k: int = 10) -> Tensor:
+        """``[B, 2]`` per held-out query: the IPS estimate of the clicks per session this ranker's top
+        ``k`` would get under the log's examination (EM propensities, ``clip``), and the log's own
+        clicks per session. A document's relevance is estimated as ``sum_p clicks_p / theta_p /
+        sessions`` (counterfactual: a document never shown counts 0)."""
+        theta = self.propensity.to(scores.dtype)
+        sessions = batch["impressions"][..., 0].sum(-1).clamp_min(1)  # every session shows position 1
+        relevance = (batch["clicks"] / theta.clamp_min(self.clip)).sum(-1) / sessions[:, None]
+        order = scores.masked_fill(~batch["mask"], float("-inf")).argsort(dim=-1, descending=True, stable=True)
+        top = min(k, order.shape[-1], len(theta))
+        ranked = relevance.gather(-1, order[:, :top]) * batch["mask"].gather(-1, order[:, :top])
+        estimate = (ranked * theta[:top]).sum(-1)
+        logged = batch["clicks"].sum((-1, -2)) / sessions
+        return torch.stack([estimate, logged], -1)[batch["mask"].any(-1)]
+
+    def offline_evaluation(self) -> dict[str, Any]:
+        """Mean and 95% interval (normal, over held-out queries) of ``offline_clicks``."""
+        values = torch.cat(getattr(self, "_offline", None) or [torch.zeros(0, 2)]).double().cpu().numpy()
+        if len(values) < 2:
+            return {}
+        mean, half = values.mean(0), 1.96 * values.std(0, ddof=1) / np.sqrt(len(values))
+        return {
+            f"{name}_clicks@10_per_session": {"mean": float(m), "ci95": [float(m - h), float(m + h)]}
+            for name, m, h in zip(("ranker_ips_estimate", "logging_ranker"), mean, half, strict=True)
+        } | {"queries": len(values)}
 
     def configure_optimizers(self) -> dict[str, Any]:
         configured = super().configure_optimizers()
@@ -163,6 +194,7 @@ class UnbiasedModule(RankerModule):
             "propensity_stderr": None if self.estimate.stderr is None else [float(v) for v in self.estimate.stderr],
             "propensity_estimates": {"em": self.estimate.as_dict(), "harvest": self.harvested.as_dict()},
             "debias": self.debias,
+            "offline": self.offline_evaluation(),
         }
         if self.debias == "dla":
             learned = self.position_propensity().cpu().numpy()

@@ -67,6 +67,8 @@ def test_unbiased_trains_reports_propensities_and_exports(tmp_path, click_log, d
 def test_without_a_test_file_nothing_is_called_test(tmp_path, click_log) -> None:
     saved = run(tmp_path, click_log, "trainer.max_epochs=1", "model.em_bootstrap=0", "export=false")
     assert "test" not in saved and saved["val"]["ndcg@10"] > 0
+    offline = saved["offline"]["ranker_ips_estimate_clicks@10_per_session"]
+    assert offline["ci95"][0] <= offline["mean"] <= offline["ci95"][1] and offline["mean"] > 0
 
 
 def test_a_letor_datamodule_is_refused(tmp_path) -> None:
