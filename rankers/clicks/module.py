@@ -63,7 +63,7 @@ class UnbiasedModule(RankerModule):
         clip: float = 0.01,
         dla_lr: float = 0.05,
         dla_clip: float = 100.0,
-        em_bootstrap: int = 20,
+        em_bootstrap: int = 10,
         click_cells: ClickCells | None = None,
         loss: Any = None,
         **options: Any,

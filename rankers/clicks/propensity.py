@@ -77,8 +77,9 @@ def em_propensities(
     cells: ClickCells,
     *,
     max_iter: int = 2000,
-    tol: float = 1e-7,
-    bootstrap: int = 20,
+    tol: float = 1e-6,
+    bootstrap: int = 10,
+    bootstrap_iter: int = 100,
     seed: int = 0,
 ) -> PropensityEstimate:
     """Regression EM's propensities (Wang et al. 2018), with a bootstrap standard error.
@@ -87,6 +88,7 @@ def em_propensities(
         cells: the log's (row, position) cells.
         max_iter, tol: stop when no scaled propensity moves by more than ``tol`` in one iteration.
         bootstrap: Poisson-bootstrap replicates over queries for the standard error (0: none).
+        bootstrap_iter: EM iterations of a replicate (each starts from the estimate, so few are needed).
     """
     k = cells.max_position
     n_rows = int(cells.row.max()) + 1 if len(cells.row) else 0
@@ -104,7 +106,7 @@ def em_propensities(
         replicates = []
         for _ in range(bootstrap):
             weights = rng.poisson(1.0, size=n_queries)[cells.query].astype(np.float64)
-            t, _, _ = _em(cells, weights, theta.copy(), gamma.copy(), max_iter // 4, tol * 10)
+            t, _, _ = _em(cells, weights, theta.copy(), gamma.copy(), bootstrap_iter, tol)
             replicates.append(t / t[0])
         stderr = np.std(replicates, axis=0, ddof=1)
     return PropensityEstimate(scaled, stderr, gamma[cells.row], iterations, "em")
