@@ -21,19 +21,4 @@ for eta in 1 2; do
       data.test="$test" seed=$seed hydra.run.dir=$run logger=[] > "$out/eta$eta-lambdarank-$seed.log" 2>&1
   done
 done
-python - "$out" <<'PY'
-import json, sys, pathlib
-out = pathlib.Path(sys.argv[1])
-for eta in (1, 2):
-    truth = json.loads((out / f"log_eta{eta}" / "simulation.json").read_text())["propensity"]
-    for method in ("none", "ips", "dla", "lambdarank"):
-        runs = sorted((out / f"eta{eta}" / method).glob("*/results.json"))
-        values = [json.loads(r.read_text()) for r in runs]
-        ndcg = [v["test"]["ndcg@10"] for v in values]
-        secs = [v["fit_seconds"] for v in values]
-        line = f"eta {eta} {method:10s} ndcg@10 {sum(ndcg)/max(1,len(ndcg)):.4f} ({len(ndcg)} seeds) fit {max(secs, default=0):.0f} s"
-        if method == "ips" and values:
-            est = values[0]["propensity"]
-            line += " max |EM/truth-1| pos1-10 " + f"{max(abs(e / t - 1) for e, t in zip(est, truth)):.3f}"
-        print(line)
-PY
+python bench/clicks_report.py "$out"
