@@ -53,3 +53,23 @@ def test_em_relevance_tracks_the_labels() -> None:
 def test_harvesting_recovers_the_simulated_propensities() -> None:
     estimate = harvest_propensities(_simulated_cells(1.0))
     np.testing.assert_allclose(estimate.propensity, pbm_examination(10, 1.0), rtol=0.15)
+
+
+def test_randpair_swaps_alone_identify_the_propensities() -> None:
+    """A fixed logging ranker (no noise): only RandPair's swaps with position 1 move documents, and
+    harvesting reads theta_k / theta_1 from them."""
+    from datamodules.clicks.simulate import Simulation, simulate_query
+
+    rng = np.random.default_rng(5)
+    sim = Simulation(eta=1.0, noise=0.0, swap=1.0)
+    rows, positions, clicks, sessions = [], [], [], []
+    for q in range(200):
+        labels = rng.integers(0, 5, size=15).astype(float)
+        shown, c = simulate_query(attractiveness(labels, 4.0, 0.1), labels, 200, sim, rng)
+        rows.append(q * 15 + shown.ravel())
+        positions.append(np.tile(np.arange(1, 11), 200))
+        clicks.append(c.ravel())
+        sessions.append(np.repeat(np.arange(q * 200, (q + 1) * 200), 10))
+    cat = np.concatenate
+    cells = aggregate(cat(rows), cat(positions), cat(clicks), cat(sessions), np.arange(0, 200 * 15 + 1, 15))
+    np.testing.assert_allclose(harvest_propensities(cells).propensity, pbm_examination(10, 1.0), rtol=0.15)
