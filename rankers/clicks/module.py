@@ -61,7 +61,7 @@ class UnbiasedModule(RankerModule):
         debias: str = "ips",
         click_loss: str = "listwise",
         clip: float = 0.01,
-        dla_lr: float = 0.05,
+        dla_lr: float = 0.3,
         dla_clip: float = 100.0,
         em_bootstrap: int = 10,
         click_cells: ClickCells | None = None,
