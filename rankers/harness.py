@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +178,11 @@ class HarnessLog:
 
     loggers: list[Any]
     signal_name: str | None = None
+    # each scalar's last value: a fit with nothing held out reports its ``train/...`` figures under "train"
+    last: dict[str, float] = field(default_factory=dict)
 
     def scalar(self, name: str, value: float, step: int) -> None:
+        self.last[name] = float(value)
         for logger in self.loggers:
             logger.log_metrics({name: float(value)}, step=int(step))
 
@@ -256,6 +259,7 @@ class LearnerFit:
     selection_seconds: float = 0.0
     best_checkpoint: str = ""
     val_metrics: dict[str, float] | None = None  # of the model evaluated and exported
+    train_metrics: dict[str, float] = field(default_factory=dict)  # the fit's last ``train/...`` scalars
 
 
 def _better(value: float, best: float | None, mode: str) -> bool:
@@ -301,8 +305,16 @@ def fit(cfg: DictConfig, learner: Learner, datamodule: Any, out: Path, loggers: 
         for key, value in val_metrics.items():
             fit_log.scalar(f"val/{key}", value, epochs)
     best = best_path or str(last)
+    trained_on = {key.removeprefix("train/"): value for key, value in fit_log.last.items() if key.startswith("train/")}
     return LearnerFit(
-        learner, splits, fit_seconds, epochs, val is not None, best_checkpoint=best, val_metrics=val_metrics
+        learner,
+        splits,
+        fit_seconds,
+        epochs,
+        val is not None,
+        best_checkpoint=best,
+        val_metrics=val_metrics,
+        train_metrics=trained_on,
     )
 
 
@@ -396,6 +408,10 @@ def report(
     results["evaluated"] = {
         name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)
     }
+    if not results["evaluated"] and fitted.train_metrics:
+        # nothing held out (a ratings stream with n_test=0): the training stream's own figures, under their name
+        results["train"] = fitted.train_metrics
+        results["evaluated"] = {"train": "the training data as trained on (no validation or test split)"}
     if cfg.get("export", True):
         with atomic_directory(out / "export", "export") as partial:  # whole or not at all
             results["export"] = moved(learner.export_model(partial), partial, out / "export")

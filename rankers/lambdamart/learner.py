@@ -7,7 +7,7 @@
 Defaults are the engine's own (every tree option null = the engine's default; 100 rounds), on the raw
 features, every training query: ``model=lambdamart`` is LightGBM's ``LGBMRanker(objective="lambdarank")``
 at its defaults, inside the framework. With a validation split (``data.val=FILE`` or
-``model.val_fraction > 0``) the round of the best val ndcg@10 (ours: ``metrics.functional.ndcg``, the
+``data.val_fraction > 0``) the round of the best val ndcg@10 (ours: ``metrics.functional.ndcg``, the
 run's gain, ``empty=0``) is kept, stopping after ``early_stopping_rounds`` rounds without a gain. The
 exported scorer is the engine's trees, tensorized (``rankers.trees.ensemble``): docs/lambdamart.md.
 """
@@ -58,9 +58,6 @@ class LambdaMART(Learner):
             ``truncation`` under xgboost).
         early_stopping_rounds: with a validation split, stop after this many rounds without a better
             val ndcg@10 and keep the best round (None: train every round, keep the best).
-        val_fraction: training queries the datamodule holds out for validation when no validation
-            file is given (``data.val_fraction`` follows it). 0: every query trains (the engine's
-            defaults, no early stopping).
         params: further engine parameters, passed as they are (refused when we set them ourselves or
             the export cannot represent them: ``rankers.lambdamart.engines._REFUSED``).
         seed: the engine's seed.
@@ -89,7 +86,6 @@ class LambdaMART(Learner):
         l2: float | None = None,
         truncation: int | None = None,
         early_stopping_rounds: int | None = 50,
-        val_fraction: float = 0.0,
         params: Mapping[str, Any] | None = None,
         seed: int = 0,
         ks: Sequence[int] = (1, 5, 10),
