@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's modules, from any directory
 
 from datamodules.clicks import read_click_log
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's modules, from any directory
 
 from rankers.clicks.plots import plot_propensities
 

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     sim.add_argument("--noise", type=float, default=1.0, help="std of the per-session noise on its scores")
     sim.add_argument("--swap", type=float, default=0.0, help="share of sessions with position 1 swapped (RandPair)")
     sim.add_argument("--seed", type=int, default=0)
+    parser.epilog = sim.format_help()  # `--help` shows the command's options too
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     args = parser.parse_args(argv)
     data, ids = load_labeled(args.letor)
     setting = Simulation(
