@@ -359,7 +359,7 @@ def _query_offsets(path: Path, qids: np.ndarray) -> np.ndarray:
     return np.concatenate([starts, [len(qids)]]).astype(np.int64)
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def open_text(path: Path) -> io.TextIOBase:
     """Text with universal newlines (the module's line model), a leading BOM dropped."""
     return io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig", errors="replace")
 
@@ -367,7 +367,7 @@ def _open_text(path: Path) -> io.TextIOBase:
 def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line_number, text without comment)`` of each line that holds data, 1-based."""
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:
             for number, line in enumerate(handle, 1):
                 text = line.split("#", 1)[0].strip(_SPACE)
                 if text:
@@ -382,7 +382,7 @@ _DOCID = re.compile(r"docid\s*=\s*(\S+)")
 def read_doc_ids(path: str | os.PathLike) -> list[str]:
     """Document ids from ``# docid = X`` comments (LETOR, MSLR style), else ``line<N>``, one per data line."""
     ids = []
-    with _open_text(Path(path)) as handle:
+    with open_text(Path(path)) as handle:
         for number, line in enumerate(handle, 1):
             data, _, comment = line.partition("#")
             if data.strip(_SPACE):

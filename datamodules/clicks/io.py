@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.errors import DataError
-from datamodules.letor_io import LetorData, _open_text, read_letor
+from datamodules.letor_io import LetorData, open_text, read_letor
 
 COLUMNS = ("session", "query", "doc", "position", "click")
 _LETOR4_DOCID = re.compile(r"docid\s*=\s*(\S+)")
@@ -57,7 +57,7 @@ class ClickLog:
         return int(self.position.max()) if len(self.position) else 0
 
 
-def _doc_id(comment: str) -> str | None:
+def doc_id_of(comment: str) -> str | None:
     """The doc id of a LETOR comment: LETOR 4.0's ``docid = GX...``, else the first word."""
     match = _LETOR4_DOCID.search(comment)
     if match:
@@ -73,12 +73,12 @@ def read_shown_features(path: str | os.PathLike, *, cache_dir: str | None = None
     data = read_letor(path, cache_dir=cache_dir)
     ids: list[str] = []
     seen: dict[tuple[int, str], int] = {}
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for number, line in enumerate(handle, 1):
             text, _, comment = line.partition("#")
             if not text.strip():
                 continue
-            doc = _doc_id(comment)
+            doc = doc_id_of(comment)
             if doc is None:
                 raise ClickLogError(f"{path}:{number}: no doc id after '#' (expected '... # <doc id>')")
             qid = int(data.qids[len(ids)])

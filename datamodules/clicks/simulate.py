@@ -134,16 +134,16 @@ def _write_features(path: Path, data: LetorData, doc_ids: list[str], keep: np.nd
 def load_labeled(path: str | os.PathLike) -> tuple[LetorData, list[str]]:
     """A LETOR file with labels and its doc ids (``# docid = X`` or the first word after ``#``;
     ``q<qid>-line<N>`` where a line has none)."""
-    from datamodules.clicks.io import _doc_id
-    from datamodules.letor_io import _open_text
+    from datamodules.clicks.io import doc_id_of
+    from datamodules.letor_io import open_text
 
     data = read_letor(path)
     ids = []
-    with _open_text(Path(path)) as handle:
+    with open_text(Path(path)) as handle:
         for number, line in enumerate(handle, 1):
             text, _, comment = line.partition("#")
             if text.strip():
-                ids.append(_doc_id(comment) or f"line{number}")
+                ids.append(doc_id_of(comment) or f"line{number}")
     return data, ids
 
 
