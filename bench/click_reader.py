@@ -1,7 +1,7 @@
 """Read speed of the click-log reader: ``read_click_log`` on a log of N click lines (default 10
 million), against a plain ``csv`` loop (the reference) on the first million lines, same run.
 
-    python bench/click_reader.py --log DIR [--lines 10000000]
+    python -m bench.click_reader --log DIR [--lines 10000000]
 
 DIR is a simulated log (``python -m datamodules.clicks simulate``); its clicks are repeated with
 fresh session ids up to ``--lines`` into ``DIR/clicks_big.tsv`` (written once).
@@ -12,11 +12,8 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's modules, from any directory
 
 from datamodules.clicks import read_click_log
 

@@ -1,6 +1,6 @@
 """Tables and the propensity plot of ``bench/clicks_study.sh`` outputs (docs/clicks.md).
 
-python bench/clicks_report.py OUT [OUT ...] --plot docs/img/clicks_propensity.png
+python -m bench.clicks_report OUT [OUT ...] --plot docs/img/clicks_propensity.png
 """
 
 from __future__ import annotations
@@ -8,10 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's modules, from any directory
 
 from rankers.clicks.plots import plot_propensities
 

@@ -21,4 +21,4 @@ for eta in 1 2; do
       data.test="$test" seed=$seed hydra.run.dir=$run logger=[] > "$out/eta$eta-lambdarank-$seed.log" 2>&1
   done
 done
-PYTHONPATH=$PWD python bench/clicks_report.py "$out"
+python -m bench.clicks_report "$out"

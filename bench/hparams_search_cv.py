@@ -3,7 +3,7 @@ model at its defaults against the configuration an N-trial search picks (on a va
 fold's training queries, never the held-out fold), refit on all of the fold's training queries; test
 ndcg@10 of each on the held-out fold, and the paired difference (docs/hparams_search.md).
 
-    python bench/hparams_search_cv.py --train rank.train --query-file rank.train.query --models rankboost lambdarank
+    python -m bench.hparams_search_cv --train rank.train --query-file rank.train.query --models rankboost lambdarank
 
 ``--query-file``: LightGBM's group sizes (one count per query, in order) for a file without ``qid:``.
 """

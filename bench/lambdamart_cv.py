@@ -1,7 +1,7 @@
 """K-fold CV of LambdaMART settings on one training file: which defaults ``model=lambdamart`` should have.
 
-    python bench/lambdamart_cv.py --train letor_a/train.txt --folds 5
-    python bench/lambdamart_cv.py --train T --settings defaults holdout-es100 holdout-es1000 xgboost
+    python -m bench.lambdamart_cv --train letor_a/train.txt --folds 5
+    python -m bench.lambdamart_cv --train T --settings defaults holdout-es100 holdout-es1000 xgboost
 
 Each setting boosts through ``rankers.lambdamart.engines`` (what ``model=lambdamart`` runs) on the same
 seeded folds of the training queries (``rankers.epoch_selection.query_folds``, as ``model=auto``); the
@@ -21,15 +21,11 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine
+from bench.timing import machine
 from datamodules.letor_io import LetorData, read_letor
 from rankers.epoch_selection import query_folds
 from rankers.lambdamart.engines import Split, engine_params, fit_engine, query_ndcg

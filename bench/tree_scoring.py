@@ -1,7 +1,7 @@
 """Scoring throughput of LambdaMART's exported tree ensemble against the engine's own ``predict``.
 
-    python bench/tree_scoring.py --train letor_a/train.txt --test letor_a/test.txt
-    python bench/tree_scoring.py --train T --test X --engine xgboost --rounds 500 --device cuda
+    python -m bench.tree_scoring --train letor_a/train.txt --test letor_a/test.txt
+    python -m bench.tree_scoring --train T --test X --engine xgboost --rounds 500 --device cuda
 
 Fits ``model=lambdamart``'s engine (its defaults, ``--rounds`` rounds) on ``--train``, then scores every
 document of ``--test`` (repeated ``--repeat`` times, so that the timed call is not a few hundred rows)
@@ -14,16 +14,12 @@ difference between the two scores.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._timing import machine, sync
+from bench.timing import machine, sync
 from datamodules.letor_io import read_letor
 from rankers.lambdamart.engines import Split, engine_params, fit_engine, lightgbm_scorer, xgboost_scorer
 
