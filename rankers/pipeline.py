@@ -271,7 +271,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _refuse_other_runs(cfg)
+    refuse_other_runs(cfg)
 
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
@@ -280,7 +280,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return report(cfg, fitted, datamodule, out)
 
 
-def _refuse_other_runs(cfg: DictConfig) -> None:
+def refuse_other_runs(cfg: DictConfig) -> None:
     """Before any data is read: refuse a resume from another run's checkpoint, and a run directory
     whose checkpoints belong to another run (``rankers.run_identity``; the callback checks again)."""
     saver = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}

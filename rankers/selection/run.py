@@ -48,7 +48,8 @@ from metrics.functional import ndcg
 from rankers import budget
 from rankers.budget import BudgetExceeded
 from rankers.epoch_selection import query_folds
-from rankers.pipeline import ROOT, fit, report
+from rankers.outputs import atomic_file, save_torchscript, write_results, write_text
+from rankers.pipeline import ROOT, fit, refuse_other_runs, report
 from rankers.selection.blend import METHODS, BlendScorer, blend_onnx, combine_flat
 from rankers.selection.bound import (
     bipartite_risk,
@@ -541,13 +542,10 @@ def _export_blend(member_exports: list[dict], method: str, out: Path) -> tuple[n
         "onnx": str(export / "scorer.onnx"),
         "meta": str(export / "meta.json"),
     }
-    for key in ("torchscript", "onnx"):  # written beside, then moved in: no half file is ever loaded
-        tmp = Path(paths[key]).with_name(f".{Path(paths[key]).name}.tmp")
-        if key == "torchscript":
-            torch.jit.save(scripted, str(tmp))
-        else:
-            blend_onnx([p["onnx"] for p in member_exports], method, tmp)
-        tmp.replace(paths[key])
+    # written beside, then moved in (rankers.outputs): no half file is ever loaded, a full disk is one line
+    save_torchscript(scripted, paths["torchscript"], "export")
+    with atomic_file(paths["onnx"], "export") as partial:
+        blend_onnx([p["onnx"] for p in member_exports], method, partial)
     first = json.loads(Path(member_exports[0]["meta"]).read_text())
     meta = {
         "n_features": first["n_features"],
@@ -557,7 +555,7 @@ def _export_blend(member_exports: list[dict], method: str, out: Path) -> tuple[n
         "blend": method,
         "members": [json.loads(Path(p["meta"]).read_text()).get("model", "?") for p in member_exports],
     }
-    Path(paths["meta"]).write_text(json.dumps(meta, indent=1))
+    write_text(paths["meta"], json.dumps(meta, indent=1), "export")
     return scripted, paths
 
 
@@ -583,6 +581,7 @@ def train_auto(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(int(cfg.seed), workers=True)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    refuse_other_runs(cfg)  # before the CV: a run directory that holds another run is refused now, not at the refit
     datamodule = instantiate(cfg.data)
     if not hasattr(datamodule, "use_splits"):
         raise ValueError(
@@ -638,7 +637,7 @@ def train_auto(cfg: DictConfig) -> dict[str, Any]:
             results["bound"]["bound"],
             results["bound"]["delta"],
         )
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    write_results(out / "results.json", results)  # atomic; a value that is not finite is null with its reason
     return results
 
 

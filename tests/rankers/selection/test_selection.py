@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,3 +226,19 @@ def test_the_unlabeled_queries_come_without_labels_from_the_file_or_the_test_spl
     assert data.num_queries == 7 and not data.labels.any() and "7 of 30 queries drawn" in source
     none, why = _unlabeled_sample(auto_cfg(make_cfg, letor_files), {"train": splits["train"]})
     assert none is None and "bound.unlabeled" in why
+
+
+def test_a_run_directory_holding_another_run_is_refused_before_the_cross_validation(make_cfg, letor_files, monkeypatch):
+    from rankers.run_identity import RunConflict
+
+    cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[rankboost]")
+    checkpoints = Path(cfg.callbacks.model_checkpoint.dirpath)
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "last.ckpt").write_bytes(b"another run's checkpoint")
+
+    def cross_validation_ran(*args, **kwargs):
+        raise AssertionError("the CV ran before the run directory was checked")
+
+    monkeypatch.setattr(selection_run, "cross_validate", cross_validation_ran)
+    with pytest.raises(RunConflict, match="already holds"):
+        train_auto(cfg)
