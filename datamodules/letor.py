@@ -54,6 +54,16 @@ def refuse_nothing_to_learn(data: LetorData) -> None:
         )
 
 
+def hold_out_queries(train: LetorData, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded share ``fraction`` of ``train``'s queries held out for validation (at least one):
+    ``(validation query indices, training query indices)``, each sorted."""
+    order = np.random.default_rng(seed).permutation(train.num_queries)
+    n_val = max(1, round(fraction * train.num_queries))
+    if n_val >= train.num_queries:
+        raise ValueError(f"{train.path}: {train.num_queries} queries, too few to hold out validation")
+    return np.sort(order[:n_val]), np.sort(order[n_val:])
+
+
 class LetorDataModule(pl.LightningDataModule):
     """Queries from LETOR text files, batched as ``features [B, L, F]``, ``labels [B, L]``, ``mask``.
 
@@ -198,13 +208,9 @@ class LetorDataModule(pl.LightningDataModule):
             )
 
     def _hold_out_validation(self) -> None:
+        val, kept = hold_out_queries(self.splits["train"], self.val_fraction, self.seed)
         train = self.splits["train"]
-        order = np.random.default_rng(self.seed).permutation(train.num_queries)
-        n_val = max(1, round(self.val_fraction * train.num_queries))
-        if n_val >= train.num_queries:
-            raise ValueError(f"{train.path}: {train.num_queries} queries, too few to hold out validation")
-        self.splits["val"] = train.subset(np.sort(order[:n_val]))
-        self.splits["train"] = train.subset(np.sort(order[n_val:]))
+        self.splits["val"], self.splits["train"] = train.subset(val), train.subset(kept)
 
     def model_inputs(self) -> dict:
         """What the model is built with: the feature width and the normalizer it carries into the export."""

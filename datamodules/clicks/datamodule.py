@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from datamodules.batching import QueryBatchSampler, QueryDataset, make_collate
 from datamodules.clicks.cells import ClickCells, aggregate
 from datamodules.clicks.io import ClickLog, read_click_log
-from datamodules.letor import LetorDataModule
+from datamodules.letor import LetorDataModule, hold_out_queries
 from datamodules.letor_io import LetorData, read_letor
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,8 @@ class ClickLogDataModule(LetorDataModule):
     def _hold_out_validation(self) -> None:
         """Validation by query (as ``LetorDataModule``), remembering which queries went where."""
         train = self.splits["train"]
-        order = np.random.default_rng(self.seed).permutation(train.num_queries)
-        n_val = max(1, round(self.val_fraction * train.num_queries))
-        if n_val >= train.num_queries:
-            raise ValueError(f"{train.path}: {train.num_queries} queries, too few to hold out validation")
-        self.split_queries = {"val": np.sort(order[:n_val]), "train": np.sort(order[n_val:])}
+        val, kept = hold_out_queries(train, self.val_fraction, self.seed)
+        self.split_queries = {"val": val, "train": kept}
         self.splits["val"] = train.subset(self.split_queries["val"])
         self.splits["train"] = train.subset(self.split_queries["train"])
 
