@@ -683,7 +683,7 @@ def _refit_blend(
         results["test"] = _blend_metrics(ranker, test, gain, empty)
     results["export"] = paths
     results.update(model="auto", selection=selection)
-    blended = _CandidateRun(Candidate(selection["chosen"], "blend"), DictConfig({}))
+    blended = _CandidateRun(Candidate(selection["chosen"], "blend"), DictConfig({}), {})
     blended.held_out_risks, blended.held_out_defined = record["_risks"]
     if unlabeled is not None:
         for fold in range(int(cfg.model.folds)):

@@ -138,7 +138,7 @@ def test_the_budget_never_uses_a_signal_and_zero_minutes_is_refused(make_cfg, le
     monkeypatch.setattr(signal, "setitimer", no_alarm)
     monkeypatch.setattr(signal, "alarm", no_alarm)
     cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[first,slow]")
-    monkeypatch.setattr(selection_run, "_compose_model", lambda candidate: {})
+    monkeypatch.setattr(selection_run, "compose_candidate", lambda candidate: ({}, {}))
     fake_fits(monkeypatch, {"first": 0.0, "slow": 0.0}, sleep={"slow": 3.0})
     runs, _ = cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=time.perf_counter() + 1)
     assert runs[1].result.status.startswith("dropped: fold 1 ran past the budget")
