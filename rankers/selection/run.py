@@ -681,6 +681,7 @@ def _refit_blend(
     test = splits.get("test") if data.paths.get("test") else None
     if test is not None:
         results["test"] = _blend_metrics(ranker, test, gain, empty)
+    results["evaluated"] = {name: f"the {name} split" for name in ("val", "test") if results.get(name)}
     results["export"] = paths
     results.update(model="auto", selection=selection)
     blended = _CandidateRun(Candidate(selection["chosen"], "blend"), DictConfig({}), {})
