@@ -21,7 +21,8 @@ class TableFormatError(DataError):
 def _is_count_line(cells: list[str]) -> bool:
     """scikit-learn's first line: ``506,13`` followed by blank cells."""
     filled = [c for c in cells if c.strip()]
-    return len(filled) == 2 and all(c.strip().isdigit() for c in filled)
+    # the two counts lead the line (``,1,1`` is not one: hypothesis found int('') on it)
+    return len(filled) == 2 and cells[:2] == filled and all(c.strip().isdigit() for c in filled)
 
 
 def read_numeric_table(path: str | Path) -> tuple[np.ndarray, np.ndarray, list[str]]:

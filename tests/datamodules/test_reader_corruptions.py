@@ -175,6 +175,7 @@ def numeric_table_file(draw) -> bytes:
 # non-UTF-8 and NUL bytes were a bare UnicodeDecodeError / csv.Error (found by this test)
 @example(data=b"\xff,1\nc0,c1\n0,0\n")
 @example(data=b"2,1\nc0,c1\n0,\x001\n1,2\n")
+@example(data=b",1,1\nc0,c1\n0,0\n")  # counts after a blank cell: int('') (found by this test)
 def test_a_corrupted_numeric_table_reads_whole_or_is_refused_by_name(tmp_path, data):
     path = tmp_path / "corrupt.csv"
     path.write_bytes(data)
