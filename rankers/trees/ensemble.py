@@ -210,10 +210,8 @@ class TreeEnsembleScorer(nn.Module):
     def from_arrays(
         cls, arrays: EnsembleArrays, n_features: int, *, scale: float | None = None, bias: float = 0.0
     ) -> TreeEnsembleScorer:
-        """A scorer of packed arrays (``EnsembleArrays``, or a forest's ``TreeArrays`` with ``nan_right``)."""
-        route = getattr(arrays, "route", None)
-        route = arrays.nan_right if route is None else route
-        tensors = (arrays.feature, arrays.threshold, arrays.left, arrays.value, route)
+        """A scorer of packed arrays (``pack``, ``rankers.trees.forest.pack_trees``)."""
+        tensors = (arrays.feature, arrays.threshold, arrays.left, arrays.value, arrays.route)
         return cls(
             *(torch.from_numpy(np.ascontiguousarray(a)) for a in tensors),
             depth=arrays.depth,

@@ -36,18 +36,24 @@ comparison says (sklearn's ``predict`` refuses infinities).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.tree import DecisionTreeRegressor
 
-from rankers.trees.ensemble import TreeEnsembleScorer, float32_at_most
+from rankers.trees.ensemble import (
+    NAN_LEFT,
+    NAN_RIGHT,
+    EnsembleArrays,
+    RawTree,
+    TreeEnsembleScorer,
+    float32_at_most,
+    pack,
+)
 
 __all__ = [
     "BOOTSTRAPS",
     "SPLITTERS",
-    "TreeArrays",
     "TreeEnsembleScorer",
     "bootstrap_weights",
     "fit_forest",
@@ -161,35 +167,11 @@ def fit_forest(
     return [tree for tree in trees if tree is not None]
 
 
-@dataclass
-class TreeArrays:
-    """Trees as node arrays ``[T, M]`` (numpy), nodes numbered so that siblings are adjacent: the
-    right child of ``n`` is ``left[n] + 1``. A leaf's ``left`` is itself and its threshold ``+inf``
-    (no value goes right of it), so traversal stays put once there."""
-
-    feature: np.ndarray  # int64, 0 at leaves and padding
-    threshold: np.ndarray  # float32: the largest float32 <= sklearn's float64 threshold; +inf at leaves
-    left: np.ndarray  # int64, local node index of the left child (the right child is left + 1)
-    value: np.ndarray  # float32 leaf outputs (0 at internal nodes)
-    nan_right: np.ndarray  # bool: a NaN goes right at this node (sklearn's missing_go_to_left, negated)
-    depth: int  # the deepest leaf's depth: traversal steps
-
-
-def _siblings_adjacent(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """sklearn's node ids (depth-first) -> new ids in breadth-first order where every node's two
-    children get consecutive ids: ``order[new] = old``."""
-    order, head = [0], 0
-    while head < len(order):
-        old = order[head]
-        if left[old] >= 0:
-            order += [int(left[old]), int(right[old])]
-        head += 1
-    return np.asarray(order)
-
-
-def pack_trees(trees: Sequence[DecisionTreeRegressor], max_nodes: int | None = None) -> TreeArrays:
-    """Fitted sklearn regression trees -> ``TreeArrays`` with ``M = max_nodes`` (default: the largest
-    tree's node count) columns.
+def pack_trees(trees: Sequence[DecisionTreeRegressor], max_nodes: int | None = None) -> EnsembleArrays:
+    """Fitted sklearn regression trees -> the tree ensemble's node arrays (``rankers.trees.ensemble.pack``)
+    with ``M = max_nodes`` (default: the largest tree's node count) columns. sklearn's rule is
+    ``x <= threshold`` in float64 (the largest float32 at most it decides the same for float32 inputs)
+    and a NaN goes where ``missing_go_to_left`` says.
 
     Example:
         >>> X, y = np.array([[0.0], [1.0], [2.0]], np.float32), np.array([0.0, 1.0, 2.0])
@@ -197,33 +179,20 @@ def pack_trees(trees: Sequence[DecisionTreeRegressor], max_nodes: int | None = N
         >>> arrays.left.tolist(), arrays.threshold.tolist(), arrays.value.tolist(), arrays.depth
         ([[1, 1, 2]], [[0.5, inf, inf]], [[0.0, 0.0, 1.5]], 1)
     """
-    sizes = [t.tree_.node_count for t in trees]
-    width = max(sizes, default=1) if max_nodes is None else max_nodes
-    if sizes and max(sizes) > width:
-        raise ValueError(f"a tree has {max(sizes)} nodes, more than the {width} the arrays hold")
-    shape = (len(trees), width)
-    arrays = TreeArrays(
-        feature=np.zeros(shape, np.int64),
-        threshold=np.full(shape, np.inf, np.float32),
-        left=np.broadcast_to(np.arange(width), shape).copy(),
-        value=np.zeros(shape, np.float32),
-        nan_right=np.zeros(shape, bool),
-        depth=max((t.tree_.max_depth for t in trees), default=0),
+    return pack([_raw_tree(tree.tree_) for tree in trees], max_nodes)
+
+
+def _raw_tree(t) -> RawTree:
+    """One sklearn ``tree_`` in its own (depth-first) numbering."""
+    nan_right = (t.children_left >= 0) & (np.asarray(t.missing_go_to_left) == 0)
+    return RawTree(
+        feature=t.feature,
+        threshold=float32_at_most(t.threshold),
+        left=t.children_left,
+        right=t.children_right,
+        value=t.value[:, 0, 0],
+        route=np.where(nan_right, NAN_RIGHT, NAN_LEFT),
     )
-    for i, tree in enumerate(trees):
-        t = tree.tree_
-        order = _siblings_adjacent(t.children_left, t.children_right)  # order[new] = old
-        new_id = np.empty_like(order)
-        new_id[order] = np.arange(len(order))
-        n = len(order)
-        old_left = t.children_left[order]
-        internal = old_left >= 0
-        arrays.feature[i, :n] = np.where(internal, t.feature[order], 0)
-        arrays.threshold[i, :n] = np.where(internal, float32_at_most(t.threshold[order]), np.inf)
-        arrays.left[i, :n] = np.where(internal, new_id[np.maximum(old_left, 0)], np.arange(n))
-        arrays.value[i, :n] = np.where(internal, 0.0, t.value[order, 0, 0])
-        arrays.nan_right[i, :n] = internal & (np.asarray(t.missing_go_to_left)[order] == 0)
-    return arrays
 
 
 def forest_scores_numpy(trees: Sequence[DecisionTreeRegressor], features: np.ndarray) -> np.ndarray:

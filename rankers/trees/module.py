@@ -15,6 +15,7 @@ from torch import Tensor
 
 from datamodules.normalization import FeatureNormalizer
 from rankers.learner import FitLog, Learner, QuerySplit
+from rankers.trees.ensemble import NAN_RIGHT
 from rankers.trees.forest import (
     BOOTSTRAPS,
     SPLITTERS,
@@ -145,9 +146,11 @@ class RandomForestModule(Learner):
         )
         arrays = pack_trees(trees, self.tree_feature.shape[1])
         t = len(trees)
-        for name in ("feature", "threshold", "left", "value", "nan_right"):
+        for name in ("feature", "threshold", "left", "value"):
             buffer = getattr(self, f"tree_{name}")
             buffer[:t] = torch.from_numpy(getattr(arrays, name)).to(buffer)
+        # sklearn's routes are NaN-left / NaN-right only: kept as a bool buffer (the checkpoints' layout)
+        self.tree_nan_right[:t] = torch.from_numpy(arrays.route == NAN_RIGHT)
         self.tree_depth.fill_(arrays.depth)
         self.n_fitted.fill_(t)
         self._cache.clear()
