@@ -31,7 +31,7 @@ from torch import Tensor
 from metrics import monitor_mode, ranking_metrics
 from rankers import budget
 from rankers.learner import LabelSplit, Learner, QuerySplit, Split
-from rankers.list_metrics import random_baseline
+from rankers.list_metrics import name_evaluated, random_baseline
 from rankers.outputs import atomic_directory, atomic_file, moved, write_results
 from rankers.report import write_report
 from rankers.run_identity import KEY, refuse_foreign, run_config, run_identity
@@ -404,14 +404,7 @@ def report(
                 if baseline:
                     results["test_random_scores"] = baseline
     _refuse_divergence(learner, results, out)
-    sources = datamodule.split_sources() if hasattr(datamodule, "split_sources") else {}
-    results["evaluated"] = {
-        name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)
-    }
-    if not results["evaluated"] and fitted.train_metrics:
-        # nothing held out (a ratings stream with n_test=0): the training stream's own figures, under their name
-        results["train"] = fitted.train_metrics
-        results["evaluated"] = {"train": "the training data as trained on (no validation or test split)"}
+    name_evaluated(results, datamodule, fitted.train_metrics)
     if cfg.get("export", True):
         with atomic_directory(out / "export", "export") as partial:  # whole or not at all
             results["export"] = moved(learner.export_model(partial), partial, out / "export")

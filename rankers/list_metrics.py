@@ -23,3 +23,17 @@ def random_baseline(datamodule: Any, seed: int) -> dict[str, float]:
         for metric in metrics.values():
             metric.update(scores, batch["labels"].cpu(), batch["mask"].cpu())
     return {name: float(metric.compute()) for name, metric in metrics.items() if name in RESULT_KEYS}
+
+
+def name_evaluated(results: dict[str, Any], datamodule: Any, trained_on: dict[str, float] | None = None) -> None:
+    """Say in ``results`` what was evaluated: ``results["evaluated"]`` maps each reported split (``val``,
+    ``test``) to its source (``datamodule.split_sources()`` where it has one). With nothing held out
+    (a ratings stream with n_test=0, a training file alone with val_fraction=0) the training stream's own
+    figures ``trained_on`` go under ``"train"``, named as such. Every trainer path calls this one."""
+    sources = datamodule.split_sources() if hasattr(datamodule, "split_sources") else {}
+    results["evaluated"] = {
+        name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)
+    }
+    if not results["evaluated"] and trained_on:
+        results["train"] = trained_on
+        results["evaluated"] = {"train": "the training data as trained on (no validation or test split)"}

@@ -24,7 +24,7 @@ from rankers import harness
 from rankers.callbacks import RunIdentity
 from rankers.epoch_selection import BY_CROSS_VALIDATION, EpochSelection, refuse_distributed, select_epochs
 from rankers.learner import Learner
-from rankers.list_metrics import RESULT_KEYS, random_baseline  # noqa: F401  (re-exported)
+from rankers.list_metrics import RESULT_KEYS, name_evaluated, random_baseline  # noqa: F401  (re-exported)
 from rankers.outputs import AtomicCheckpointIO, atomic_directory, moved, write_results
 from rankers.report import write_report
 from rankers.resolvers import first_given  # noqa: F401  (registers the config resolvers; re-exported)
@@ -325,12 +325,7 @@ def report(
         baseline = random_baseline(datamodule, cfg.seed)
         if baseline:
             results["test_random_scores"] = baseline
-    results["evaluated"] = _evaluated(datamodule, results)
-    if not results["evaluated"] and trained_on:
-        # nothing held out (a ratings stream with n_test=0, a training file alone with val_fraction=0):
-        # the training stream's own figures, under their own name
-        results["train"] = trained_on
-        results["evaluated"] = {"train": "the training data as trained on (no validation or test split)"}
+    name_evaluated(results, datamodule, trained_on)
     _refuse_divergence(model, results, out if trainer.is_global_zero else None)
     if cfg.get("export", True) and trainer.is_global_zero:
         # trainer.validate/test with ckpt_path loaded the best weights into `model`
@@ -346,12 +341,6 @@ def report(
         _write_report(out, results, cfg)
         log.info("results: %s", json.dumps({k: results.get(k) for k in ("val", "test", "fit_seconds")}))
     return results
-
-
-def _evaluated(datamodule: Any, results: dict[str, Any]) -> dict[str, str]:
-    """``{"val": what it is, "test": ...}`` for the splits whose metrics results.json holds."""
-    sources = datamodule.split_sources() if hasattr(datamodule, "split_sources") else {}
-    return {name: sources.get(name, f"the {name} split") for name in ("val", "test") if results.get(name)}
 
 
 def _write_report(out: Path, results: dict[str, Any], cfg: DictConfig) -> None:

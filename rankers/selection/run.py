@@ -48,6 +48,7 @@ from metrics.functional import ndcg
 from rankers import budget
 from rankers.budget import BudgetExceeded
 from rankers.epoch_selection import query_folds
+from rankers.list_metrics import name_evaluated
 from rankers.outputs import atomic_file, save_torchscript, write_results, write_text
 from rankers.pipeline import ROOT, fit, refuse_other_runs, report
 from rankers.selection.blend import METHODS, BlendScorer, blend_onnx, combine_flat
@@ -681,7 +682,7 @@ def _refit_blend(
     test = splits.get("test") if data.paths.get("test") else None
     if test is not None:
         results["test"] = _blend_metrics(ranker, test, gain, empty)
-    results["evaluated"] = {name: f"the {name} split" for name in ("val", "test") if results.get(name)}
+    name_evaluated(results, data)
     results["export"] = paths
     results.update(model="auto", selection=selection)
     blended = _CandidateRun(Candidate(selection["chosen"], "blend"), DictConfig({}), {})
