@@ -14,8 +14,12 @@
 #   build       python -m kernels.build (the C++ kernels, for the CPU rows)
 #   tests       the GPU-only tests (Triton kernels vs tensor path on CUDA, gpu_fast training, syncs)
 #   perceptron  python -m bench.perceptron --device cuda: R=20 x N=100 x T=50,000 at d=6 and d=300
-#   training    python -m bench.train_throughput --device cuda: one MSLR-WEB30K-sized epoch, every row against
-#               its device's compute floor (CPU rows of that machine, then DataLoader, resident, gpu_fast)
+#   training    python -m bench.train_throughput --device cuda --skip-cpu: one MSLR-WEB30K-sized epoch, every row
+#               against the GPU's compute floor (DataLoader, resident, gpu_fast's step graphs at 64/128/256 queries)
+#   quality     python -m bench.train_throughput --quality --device cuda: validation ndcg@10 after 4 epochs,
+#               the standard path vs gpu_fast, on three kinds of data, 3 seeds
+#   trees       python -m bench.tree_scoring --train synthetic:2000 --device cuda: LambdaMART's exported
+#               ensemble on the GPU vs LightGBM's predict
 #   gp          python -m bench.gp --device cuda, then the same on one CPU thread of that machine
 #   ensemble    python -m bench.ensemble_scorer --device cuda: stacked ensemble members vs a loop over K networks
 #   harrington  python train.py experiment=harrington2003 harrington.device=cuda (the whole Table 1)
@@ -37,7 +41,7 @@ START=$SECONDS
 DEADLINE=$((START + ${BUDGET:-470}))
 OUTFILE="${1:-${OUT:-.}/gpu_figures.md}"
 OUTDIR="$(dirname "$OUTFILE")"
-STEPS="${STEPS:-build tests perceptron training gp ensemble harrington committee rankboost table1 linklearn losses}"
+STEPS="${STEPS:-build tests training quality trees harrington rankboost committee perceptron gp ensemble table1 linklearn losses}"
 LOGDIR="${TMPDIR:-/tmp}/gpu_logs"
 rm -rf "$LOGDIR"
 mkdir -p "$LOGDIR" "$OUTDIR"
@@ -97,14 +101,16 @@ TABLE='^(\||#|Test rank loss|Streams:|Triton launch sweep|machine)'
 # costs time and imports optional packages
 GPU_TESTS="$(grep -rl cuda_only tests --include='test_*.py' | sort | tr '\n' ' ')"
 step build 40 '.' "$PY" -m kernels.build
-step tests 110 '(passed|failed|error|skipped|FAILED|ERROR|Error)' "$PY" -m pytest -q -m gpu -p no:cacheprovider -rA $GPU_TESTS
-step perceptron 80 "$TABLE" "$PY" -m bench.perceptron --device cuda --dims 6 300
-step training 150 "$TABLE" "$PY" -m bench.train_throughput --device cuda
-step gp 40 '.' bash -c "$PY -m bench.gp --device cuda && $PY -m bench.gp --device cpu --threads 1"
-step ensemble 40 "$TABLE" "$PY" -m bench.ensemble_scorer --device cuda
+step tests 110 '(passed|failed|error|skipped|FAILED|ERROR|Error|^E )' "$PY" -m pytest -q -m gpu -p no:cacheprovider -rA $GPU_TESTS
+step training 90 "$TABLE|step graphs" "$PY" -m bench.train_throughput --device cuda --skip-cpu
+step quality 170 "$TABLE" "$PY" -m bench.train_throughput --quality --device cuda --seeds 3
+step trees 50 "$TABLE|difference" "$PY" -m bench.tree_scoring --train synthetic:2000 --rounds 100 --device cuda
 step harrington 60 '.' "$PY" train.py experiment=harrington2003 harrington.device=cuda "hydra.run.dir=$LOGDIR/harrington"
 step committee 40 "$TABLE" "$PY" -m bench.committee_perceptron --device cuda
 step rankboost 40 "$TABLE" "$PY" -m bench.rankboost --train synthetic:100,400,136 --rounds 100 --reference-rounds 10 --device cuda
+step perceptron 80 "$TABLE" "$PY" -m bench.perceptron --device cuda --dims 6 300
+step gp 40 '.' bash -c "$PY -m bench.gp --device cuda && $PY -m bench.gp --device cpu --threads 1"
+step ensemble 40 "$TABLE" "$PY" -m bench.ensemble_scorer --device cuda
 step table1 50 "$TABLE" "$PY" -m bench.perceptron --device cuda --runs 60 --dims 6 --sweep --reference-steps 2000
 step linklearn 40 "$TABLE" "$PY" -m bench.linklearn --device cuda
 step losses 240 "$TABLE" "$PY" -m bench.losses --device cuda --shapes 16x512 4x4096 64x128 --losses "lambdarank (all pairs)" lambdarank@10

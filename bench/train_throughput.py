@@ -13,8 +13,9 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
 * device-resident gather: the split on the device, one gather per batch (``data.device_resident``);
 * on CPU, the same with the MLP through ``nn.Linear`` (MKL) instead of oneDNN (``rankers.neural.onednn_mlp``);
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
-  the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256, the
-  training loss compiled (CUDA graphs), bf16 autocast, and its whole second epoch is timed.
+  the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256, bf16
+  autocast, each whole step (loss, backward, Adam) a replayed CUDA graph and 16 steps per Lightning
+  step (``model.step_graphs``, ``data.steps_per_batch``), and its whole second epoch is timed.
 
 Other rows time ``--batches`` batches of 64 queries (the fast row: the same number of queries) after
 ``--warmup`` and extrapolate to an epoch. **Compute floor**: the MLP's forward and backward FLOPs
@@ -60,6 +61,7 @@ from rankers.neural import onednn_mlp
 HIDDEN = (256, 128, 64)
 BASE_LR, BASE_BATCH = 1e-3, 64
 LR_POWER = 1.0  # the fast rows' rule: lr x batch / base (linear); --lr-power changes it
+STEPS_PER_BATCH = 16  # trainer=gpu_fast's data.steps_per_batch
 
 
 def sync(device: torch.device | str) -> None:
@@ -143,8 +145,9 @@ class Throughput(pl.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.current_epoch == self.epoch and batch_idx >= self.warmup:
-            self.docs = self.docs + batch["mask"].sum()
-            self.batches += 1
+            for one in batch if isinstance(batch, list) else [batch]:  # step graphs: a list of batches
+                self.docs = self.docs + one["mask"].sum()
+                self.batches += 1
 
     def on_train_epoch_end(self, trainer, module):
         if trainer.current_epoch == self.epoch:
@@ -193,6 +196,7 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
         max_list_length=None,
         device_resident=path.mode != "loader",
         pad_multiple=256 if path.fast and cuda else 1,
+        steps_per_batch=STEPS_PER_BATCH if path.fast and cuda else 1,
         bucket_by_length=True,
         seed=seed,
     )
@@ -203,7 +207,7 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
         partial(torch.optim.Adam, lr=path.lr(batch), fused=path.fast),
         n_features=data.num_features,
         normalizer=datamodule.build_normalizer(),
-        compile="reduce-overhead" if path.fast and cuda else False,
+        step_graphs=path.fast and cuda,
         step_loss_in_progress_bar=False if path.fast else None,
     )
     return datamodule, model
@@ -241,13 +245,19 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
     )
     with mlp_backend(path.mkl):
         trainer.fit(model, datamodule=datamodule)
+    runner = model._runner
+    if runner is not None:  # whether the steps were graphs: a failed capture falls back to eager steps
+        print(
+            f"# step graphs: {runner.captures} captured, {runner.replays} replayed, eager shapes {runner.eager_shapes}"
+        )
     return meter.docs / meter.seconds, meter.batches
 
 
 def names(device: str, batch: int, fast_batch: int, lr_power: float = LR_POWER) -> dict[str, str]:
     fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** lr_power:g}, fused Adam"
     if device == "cuda":
-        fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, compiled (CUDA graphs), bf16"
+        graphs = f"whole steps as CUDA graphs, {STEPS_PER_BATCH} a Lightning step"
+        fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, {graphs}, bf16"
     else:
         fast = f"**`trainer=cpu_fast`**: {fast}"
     return {
@@ -283,6 +293,11 @@ def throughput_table(args: argparse.Namespace) -> None:
         rows = [("loader", Row("loader")), ("resident", Row("resident"))]
         if device == "cpu" and onednn_mlp.enabled():
             rows.append(("mkl", Row("resident", mkl=True)))
+        if device == "cuda":  # step graphs at the base batch too (the standard path's updates, in bf16), and 2x
+            rows += [
+                ("fast", Row("fast", fast_batch=b, lr_power=args.lr_power))
+                for b in (args.batch_size, 2 * args.batch_size)
+            ]
         rows.append(("fast", Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)))
         reference = None
         for key, path in rows:
@@ -292,10 +307,11 @@ def throughput_table(args: argparse.Namespace) -> None:
             peak = max(before, peak_flops(device, dtype))
             reference = reference or rate
             epoch, floor = len(data.labels) / rate, total_flops / peak
+            name = names(device, args.batch_size, path.fast_batch, path.lr_power)[key]
             print(
-                f"| {label} | {names(device, args.batch_size, args.fast_batch_size, args.lr_power)[key]} | "
+                f"| {label} | {name} | "
                 f"{str(dtype).removeprefix('torch.')} | {timed} | {rate:,.0f} | {epoch:.2f} | {peak / 1e9:,.0f} | "
-                f"{floor:.2f} | {epoch / floor:.2f}x | {rate / reference:.2f}x |",
+                f"{floor:.3f} | {epoch / floor:.2f}x | {rate / reference:.2f}x |",
                 flush=True,
             )
 
@@ -408,29 +424,34 @@ def _adam_step(optimizer: torch.optim.Optimizer) -> None:
 
 
 def quality(args: argparse.Namespace) -> None:
-    """Validation ndcg@10 after ``--epochs`` epochs, standard path vs the fast path, seeds 0..S-1."""
+    """Validation ndcg@10 after ``--epochs`` epochs, standard path vs the fast path(s), seeds 0..S-1."""
+    device = "cuda" if args.device == "cuda" else "cpu"
     kinds = {
         "MSLR-like (136 features, 30-210 documents, grades 0-4)": partial(mslr_like),
         "MSLR-like, fractional grades (mean of 3 assessors)": partial(mslr_like, fractional=True),
         "LETOR-like (46 features, 5-30 documents, fractional grades 0-2)": partial(letor_like),
     }
     print(
-        f"# machine: {machine()}; {args.epochs} epochs, seeds 0-{args.seeds - 1}, "
+        f"# machine: {machine()}; {device}; {args.epochs} epochs, seeds 0-{args.seeds - 1}, "
         f"{args.quality_queries} training queries, batch {args.batch_size} (fast: {args.fast_batch_size})"
     )
+    paths = [("standard (resident data, float32)", Row("resident"))]
+    if device == "cuda":  # step graphs + bf16 at the standard batch and rate, and at 2x
+        for size in (args.batch_size, 2 * args.batch_size):
+            paths.append((f"gpu_fast at {size} queries", Row("fast", fast_batch=size, lr_power=args.lr_power)))
+    fast_name = f"{device.replace('cuda', 'gpu')}_fast at {args.fast_batch_size} queries"
+    paths.append((fast_name, Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)))
     print("| data | path | val ndcg@10 per seed | mean | std |\n|---|---|---|---:|---:|")
     for kind, make in kinds.items():
         train, val = make(args.quality_queries, seed=100), make(max(200, args.quality_queries // 4), seed=200)
-        fast = Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)
-        for key, path in (("resident", Row("resident")), ("fast", fast)):
+        for name, path in paths:
             values = []
             for seed in range(args.seeds):
                 pl.seed_everything(seed, verbose=False)
-                datamodule, model = build(train, val, "cpu", path, args.batch_size, seed=seed)
-                trainer = trainer_for("cpu", path, max_epochs=args.epochs, num_sanity_val_steps=0)
+                datamodule, model = build(train, val, device, path, args.batch_size, seed=seed)
+                trainer = trainer_for(device, path, max_epochs=args.epochs, num_sanity_val_steps=0)
                 trainer.fit(model, datamodule=datamodule)
                 values.append(float(trainer.callback_metrics["val/ndcg@10"]))
-            name = "standard (trainer=cpu, resident data)" if key == "resident" else "cpu_fast"
             print(
                 f"| {kind} | {name} | {', '.join(f'{v:.4f}' for v in values)} | "
                 f"{statistics.mean(values):.4f} | {statistics.pstdev(values):.4f} |",

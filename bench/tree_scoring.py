@@ -2,6 +2,7 @@
 
     python -m bench.tree_scoring --train letor_a/train.txt --test letor_a/test.txt
     python -m bench.tree_scoring --train T --test X --engine xgboost --rounds 500 --device cuda
+    python -m bench.tree_scoring --train synthetic:2000 --device cuda   # MSLR-shaped data made in memory
 
 Fits ``model=lambdamart``'s engine (its defaults, ``--rounds`` rounds) on ``--train``, then scores every
 document of ``--test`` (repeated ``--repeat`` times, so that the timed call is not a few hundred rows)
@@ -34,10 +35,22 @@ def best_seconds(fn, repeats: int) -> float:
     return min(times)
 
 
+def splits(train: str, test: str | None) -> tuple:
+    """Two LETOR files, or ``synthetic:Q``: MSLR-shaped splits of Q and Q/4 queries (136 features)."""
+    if train.startswith("synthetic:"):
+        from bench.train_throughput import mslr_like
+
+        queries = int(train.removeprefix("synthetic:"))
+        return mslr_like(queries, seed=0), mslr_like(max(1, queries // 4), seed=1)
+    if test is None:
+        raise SystemExit("--test is needed with a --train file")
+    return read_letor(train), read_letor(test)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True)
-    parser.add_argument("--test", required=True)
+    parser.add_argument("--test", default=None, help="(with --train synthetic:Q: Q/4 queries of other draws)")
     parser.add_argument("--engine", default="lightgbm", choices=["lightgbm", "xgboost"])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=10, help="copies of the test documents scored at once")
@@ -47,7 +60,7 @@ def main() -> None:
     parser.add_argument("--timings", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    train, test = read_letor(args.train), read_letor(args.test)
+    train, test = splits(args.train, args.test)
     width = max(train.num_features, test.num_features)
     train, test = train.with_num_features(width), test.with_num_features(width)
     split = Split(train.features, train.labels.astype(np.float64), train.offsets)

@@ -18,6 +18,7 @@ batch number), so the random list sampling of a resumed run is the same as an un
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from typing import TypedDict
@@ -246,7 +247,9 @@ class DeviceBatches:
     ``epoch_fn`` returns the trainer's current epoch, so that shuffling and list sampling follow
     the same seeds as the DataLoader path (and a resumed run). No step reads anything back from the
     device (tested): the query indices of the whole epoch are copied once, and widths are computed
-    from the host-side lengths, rounded up to ``pad_multiple``.
+    from the host-side lengths, rounded up to ``pad_multiple``. ``steps_per_batch`` > 1: yields lists
+    of that many consecutive batches (the last list may be shorter), for a module that takes one
+    optimizer step per batch of a list (``RankerModule(step_graphs=True)``).
     """
 
     def __init__(
@@ -258,16 +261,26 @@ class DeviceBatches:
         max_list_length: int | None,
         epoch_fn: Callable[[], int],
         pad_multiple: int = 1,
+        *,
+        steps_per_batch: int = 1,
     ) -> None:
         self.features, self.labels = features, labels
         self.starts, self.lengths = offsets[:-1], offsets[1:] - offsets[:-1]
         self.batch_plan, self.max_list_length, self.epoch_fn = batch_plan, max_list_length, epoch_fn
-        self.pad_multiple = pad_multiple
+        self.pad_multiple, self.steps_per_batch = pad_multiple, steps_per_batch
 
     def __len__(self) -> int:
-        return len(self.batch_plan)
+        return -(-len(self.batch_plan) // self.steps_per_batch)
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Batch | list[Batch]]:
+        if self.steps_per_batch == 1:
+            yield from self._batches()
+            return
+        batches = self._batches()
+        while group := list(itertools.islice(batches, self.steps_per_batch)):
+            yield group
+
+    def _batches(self) -> Iterator[Batch]:
         self.batch_plan.set_epoch(self.epoch_fn())
         device = self.features.device
         plan = self.batch_plan.batches()
@@ -285,7 +298,7 @@ class DeviceBatches:
             batch = pad_batch(self.features, self.labels, self.starts[safe], self.lengths[safe], width)
             batch["mask"] &= (index != PADDING_QUERY)[:, None]
             batch["query_index"] = index
-            if self.batch_plan.with_seeds:
+            if self.batch_plan.with_seeds and self.max_list_length is not None:  # else nothing to draw
                 generator = torch.Generator(device=device).manual_seed(self.batch_plan.batch_seed(number))
                 batch = sample_lists(batch, self.max_list_length, generator)
             yield batch

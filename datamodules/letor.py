@@ -82,6 +82,9 @@ class LetorDataModule(pl.LightningDataModule):
         device_resident: keep each split on the training device and build batches by indexing.
         pad_multiple: round training batches' list width up to a multiple of this (fewer shapes
             for ``model.compile`` / CUDA graphs; padding is masked, results do not change).
+        steps_per_batch: with ``device_resident``, hand the trainer lists of this many consecutive
+            training batches, for ``model.step_graphs`` (one optimizer step per batch of the list, so
+            Lightning's loop runs once per list; the batches and their order do not change).
         cache_dir: where parsed files are cached (``None``: no cache).
         n_ranks: number of grades, for the ordinal rankers (PRank, OAP) trained on this data.
         gain: the metrics' and losses' gain (``model.gain``); with ``"exp2"`` a label whose gain
@@ -112,6 +115,7 @@ class LetorDataModule(pl.LightningDataModule):
         bucket_by_length: bool = True,
         device_resident: bool = False,
         pad_multiple: int = 1,
+        steps_per_batch: int = 1,
         val_fraction: float = 0.1,
         num_workers: int = 0,
         cache_dir: str | None = None,
@@ -144,6 +148,9 @@ class LetorDataModule(pl.LightningDataModule):
         if pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = pad_multiple
+        if steps_per_batch < 1 or (steps_per_batch > 1 and not device_resident):
+            raise ValueError(f"steps_per_batch must be 1, or >= 1 with device_resident=true; got {steps_per_batch}")
+        self.steps_per_batch = steps_per_batch
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.gain = gain
         self.max_dense_bytes = None if max_dense_gib is None else int(max_dense_gib * 2**30)
@@ -250,7 +257,8 @@ class LetorDataModule(pl.LightningDataModule):
             device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
             moved = (features.to(device), labels.to(device), offsets.to(device))
             epoch_fn = (lambda: self.trainer.current_epoch) if self.trainer is not None else (lambda: 0)
-            return DeviceBatches(*moved, sampler, max_length, epoch_fn, pad_multiple)
+            group = self.steps_per_batch if train else 1
+            return DeviceBatches(*moved, sampler, max_length, epoch_fn, pad_multiple, steps_per_batch=group)
         return DataLoader(
             QueryDataset(features, labels, offsets),
             batch_sampler=sampler,

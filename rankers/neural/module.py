@@ -17,6 +17,7 @@ from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
 from rankers.neural import onednn_mlp
+from rankers.neural.step_graphs import StepRunner, make_capturable
 from rankers.scorers import combined_scores, holds_looped_members, member_count, member_scores
 
 
@@ -117,6 +118,12 @@ class RankerModule(PassLimit, pl.LightningModule):
             (``rankers.epoch_selection``) and passes the integer.
         epoch_selection: read by ``train.py``, not the module: its options for ``"cv"`` (``folds``,
             ``max_epochs``).
+        step_graphs: the module takes its optimizer steps itself (manual optimization), one per batch,
+            or one per batch of a list when the loader groups them (``data.steps_per_batch``); on
+            CUDA each step (loss, backward and the optimizer's update) is a CUDA graph captured once
+            per batch shape and replayed (``rankers.neural.step_graphs``; the optimizer is made
+            ``capturable``), on CPU the same steps run eagerly. One process, no scheduler, no
+            gradient clipping or accumulation (refused), no ``compile``.
 
     The training step never reads a value back from the device: the running loss is a tensor
     metric without torchmetrics' NaN check (a host sync per batch; a NaN loss still shows in the
@@ -141,8 +148,14 @@ class RankerModule(PassLimit, pl.LightningModule):
         step_loss_in_progress_bar: bool | None = None,
         epochs_without_validation: int | str | None = None,
         epoch_selection: Mapping[str, int] | None = EPOCH_SELECTION,
+        step_graphs: bool = False,
     ) -> None:
         super().__init__()
+        if step_graphs and (compile or scheduler is not None):
+            raise ValueError(
+                "model.step_graphs takes the optimizer's steps itself: it needs model.compile=false and "
+                f"model.scheduler=null (got compile={compile!r}, a scheduler: {scheduler is not None})"
+            )
         ks = [int(k) for k in ks]  # plain ints: Hydra's ListConfig cannot be unpickled with weights_only
         epoch_selection = {str(k): int(v) for k, v in (epoch_selection or {}).items()} or None  # likewise
         self.save_hyperparameters(ignore=["scorer", "loss", "optimizer", "scheduler", "normalizer"])
@@ -160,6 +173,8 @@ class RankerModule(PassLimit, pl.LightningModule):
         self._train_loss = self._loss_of if not compile else _compiled(self._loss_of, compile, compile_backend)
         self._cuda_graphs = compile == "reduce-overhead"
         self.step_loss_in_progress_bar = step_loss_in_progress_bar
+        self.automatic_optimization = not step_graphs
+        self._runner: StepRunner | None = None
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Raw features ``[B, L, F]`` (mask ``[B, L]``) -> scores ``[B, L]``."""
@@ -211,6 +226,7 @@ class RankerModule(PassLimit, pl.LightningModule):
             )
 
     def on_fit_start(self) -> None:
+        self._check_step_options()
         if self._without_validation():
             passes = self.hparams.epochs_without_validation
             if not isinstance(passes, int):
@@ -219,6 +235,25 @@ class RankerModule(PassLimit, pl.LightningModule):
                     "train.py (rankers.pipeline.train), which chooses the count before the fit"
                 )
             self.check_passes(passes, "model.epochs_without_validation")
+
+    def _check_step_options(self) -> None:
+        """What manual optimization would silently skip, refused before the first step."""
+        trainer = self.trainer
+        grouped = getattr(trainer.datamodule, "steps_per_batch", 1) if trainer.datamodule is not None else 1
+        if self.automatic_optimization:
+            if grouped > 1:
+                raise ValueError(f"data.steps_per_batch={grouped} needs model.step_graphs=true")
+            return
+        # (Lightning itself refuses gradient clipping and accumulation under manual optimization)
+        refusals = {
+            "trainer.precision=16-mixed (a gradient scaler)": str(trainer.precision) == "16-mixed",
+            "several processes (DDP)": trainer.world_size > 1,
+        }
+        refused = [name for name, present in refusals.items() if present]
+        if refused:
+            raise ValueError(
+                f"model.step_graphs takes the optimizer's steps itself; it cannot run with {', '.join(refused)}"
+            )
 
     def _without_validation(self) -> bool:
         return bool(self.hparams.get("epochs_without_validation")) and not self.trainer.limit_val_batches
@@ -230,12 +265,43 @@ class RankerModule(PassLimit, pl.LightningModule):
     def on_train_start(self) -> None:
         self.val_best.reset()  # forget the sanity-check validation of the untrained model
 
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: Batch | list[Batch], batch_idx: int) -> Tensor:
+        if not self.automatic_optimization:
+            return self._own_steps(batch if isinstance(batch, list) else [batch])
         if self._cuda_graphs:  # a new step: the previous step's graph outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         loss = self._train_loss(batch["features"], batch["labels"], batch["mask"])
         self.train_loss(loss)
-        size = batch["mask"].shape[0]
+        self._log_train_loss(loss, batch["mask"].shape[0])
+        return loss
+
+    def _own_steps(self, batches: list[Batch]) -> Tensor:
+        """``step_graphs``: one optimizer step per batch, through the step runner; the batches' losses."""
+        runner = self._step_runner()
+        losses = torch.stack([runner.step(b["features"], b["labels"], b["mask"]) for b in batches])
+        sizes = [b["mask"].shape[0] for b in batches]
+        self._count_optimizer_steps(len(batches))
+        # (new_full fills on the device; new_tensor would copy from pageable host memory: a sync)
+        self.train_loss(losses, weight=torch.stack([losses.new_full((), size) for size in sizes]))
+        self._log_train_loss(losses, sum(sizes))
+        return losses.mean()
+
+    def _step_runner(self) -> StepRunner:
+        optimizer = self.optimizers().optimizer  # the torch optimizer, not Lightning's wrapper: no closure
+        if self._runner is None or self._runner.optimizer is not optimizer:
+            params = [p for p in self.parameters() if p.requires_grad]
+            self._runner = StepRunner(self._loss_of, optimizer, params)
+        return self._runner
+
+    def _count_optimizer_steps(self, steps: int) -> None:
+        """Lightning counts manual steps in its optimizer wrapper, which the runner does not call:
+        count them, so ``trainer.global_step`` (checkpoints, ``max_steps``) is the number of updates."""
+        progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        for _ in range(steps):
+            progress.increment_ready()
+            progress.increment_completed()
+
+    def _log_train_loss(self, loss: Tensor, size: int) -> None:
         show_step = self.step_loss_in_progress_bar
         if show_step is None:
             show_step = loss.device.type == "cpu"
@@ -244,7 +310,6 @@ class RankerModule(PassLimit, pl.LightningModule):
         else:  # the same values under the same names; only the epoch mean is read for the progress bar
             self.log("train/loss_step", self.train_loss, on_step=True, on_epoch=False, batch_size=size)
             self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=size)
-        return loss
 
     def _evaluate(self, batch: Batch, stage: str, metrics: nn.ModuleDict) -> None:
         loss, scores = self.model_step(batch)
@@ -274,6 +339,8 @@ class RankerModule(PassLimit, pl.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory(params=self.parameters())
+        if not self.automatic_optimization and self.device.type == "cuda":
+            make_capturable(optimizer)
         if self.scheduler_factory is None:
             return {"optimizer": optimizer}
         scheduler = self.scheduler_factory(optimizer=optimizer)

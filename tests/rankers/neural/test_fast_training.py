@@ -1,5 +1,6 @@
-"""trainer=gpu_fast's training path (device-resident batches padded to fixed widths, compiled loss,
-no host reads per step), run on CPU with the same code: same model as the default path."""
+"""trainer=gpu_fast's training path (device-resident batches padded to fixed widths, whole steps taken by
+the module (step graphs, several per Lightning step), no host reads per step), run on CPU with the same
+code: the same model as the default path. The compiled loss (model.compile) is tested here too."""
 
 from __future__ import annotations
 
@@ -17,13 +18,19 @@ from tests.conftest import cuda_only
 
 # no dropout: the compiled graph draws its random numbers differently from eager mode
 EXACT = ["model.scorer.dropout=0.0", "trainer.max_epochs=2", "data.n_train_queries=64"]
-# trainer=gpu_fast on the CPU: the same code path, with the settings a CPU can run
+# trainer=gpu_fast on the CPU: the same code path (step graphs run eagerly there), with the settings a CPU can run
 FAST_ON_CPU = [
     "trainer=gpu_fast",
     "trainer.accelerator=cpu",
     "trainer.precision=32-true",
     "model.optimizer.fused=false",  # the default path's Adam, so the two runs are comparable
     "data.pad_multiple=1",  # padding changes float rounding only: tested on its own below
+    "data.steps_per_batch=3",  # lists of 3 batches, the last one shorter
+]
+NO_STEP_GRAPHS = ["model.step_graphs=false", "data.steps_per_batch=1"]
+# the compiled training loss (model.compile, the path before step graphs) on the CPU
+COMPILED_ON_CPU = [
+    "data.device_resident=true",
     "model.compile=true",
     "model.compile_backend=aot_eager",  # traces and partitions like inductor, without code generation
 ]
@@ -51,7 +58,8 @@ def test_gpu_fast_composes_its_settings(make_cfg):
     cfg = make_cfg("trainer=gpu_fast")
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.data.device_resident and cfg.data.pad_multiple == 256
-    assert cfg.model.compile == "reduce-overhead" and cfg.model.optimizer.fused
+    assert cfg.model.step_graphs and cfg.data.steps_per_batch == 16 and not cfg.model.compile
+    assert cfg.model.optimizer.fused
     untouched = make_cfg("trainer=gpu_fast", tiny=False)  # the tiny test data set their own batch and rate
     assert untouched.data.batch_size == 128 and untouched.model.optimizer.lr == pytest.approx(0.004)  # 4x
 
@@ -66,14 +74,22 @@ def test_cpu_fast_composes_and_trains(make_cfg, tmp_path):
     assert trainer.current_epoch == 2 and all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_fast_path_trains_the_same_model_as_the_default_path(make_cfg, tmp_path, monkeypatch):
-    """DataLoader + eager loss vs device-resident batches + compiled loss + gpu_fast's trainer: bit for bit."""
+@pytest.mark.parametrize("path", ["step_graphs", "compiled"])
+def test_fast_path_trains_the_same_model_as_the_default_path(make_cfg, tmp_path, monkeypatch, path):
+    """DataLoader + Lightning's automatic optimization vs gpu_fast's trainer (device-resident batches in
+    lists, steps taken by the module), and vs the compiled loss: bit for bit."""
     # compiled code runs the tensor path; eager CPU LambdaRank would take the fused kernel (equal to
     # it up to float32 summation order, tests/kernels/test_lambdarank_cpu.py), so compare tensor paths
     monkeypatch.setenv("LTR_CPU_KERNELS", "0")
-    default, _ = fit(make_cfg(*EXACT, out=tmp_path / "default"))
-    fast, _ = fit(make_cfg(*EXACT, *FAST_ON_CPU, out=tmp_path / "fast"))
-    assert fast._train_loss is not fast._loss_of  # the compiled function ran
+    default, default_trainer = fit(make_cfg(*EXACT, out=tmp_path / "default"))
+    fast_options = FAST_ON_CPU if path == "step_graphs" else COMPILED_ON_CPU
+    fast, trainer = fit(make_cfg(*EXACT, *fast_options, out=tmp_path / "fast"))
+    if path == "step_graphs":
+        assert not fast.automatic_optimization and fast._runner is not None  # the module took the steps
+        assert trainer.num_training_batches < default_trainer.num_training_batches  # in lists of 3
+        assert trainer.global_step == default_trainer.global_step  # every update counted
+    else:
+        assert fast._train_loss is not fast._loss_of  # the compiled function ran
     for (name, expected), actual in zip(default.scorer.state_dict().items(), fast.scorer.state_dict().values()):
         assert torch.equal(actual, expected), name
     initial = instantiate(make_cfg(*EXACT).model, n_features=8).scorer.layers[0].weight
@@ -150,7 +166,7 @@ class HostReads(pl.Callback):
                 setattr(torch.Tensor, name, counted)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.batches += self.counting
+        self.batches += self.counting * (len(batch) if isinstance(batch, list) else 1)  # optimizer steps
 
     def on_train_epoch_end(self, trainer, module):
         for name, original in self.saved.items():
@@ -158,11 +174,16 @@ class HostReads(pl.Callback):
         self.saved, self.counting = {}, False
 
 
-def test_no_host_reads_during_an_epoch(make_cfg, tmp_path):
+@pytest.mark.parametrize("path", ["step_graphs", "compiled"])
+def test_no_host_reads_during_an_epoch(make_cfg, tmp_path, monkeypatch, path):
+    if path == "step_graphs":
+        # the eager loss checks its labels; on CPU by reading a bool (free there), on CUDA with
+        # torch._assert_async (no read): take the CPU read out, so every other read is counted
+        monkeypatch.setattr("metrics.ranking.check_labels", lambda *args, **kwargs: None)
     reads = HostReads()
     overrides = [
         *EXACT,
-        *FAST_ON_CPU,
+        *(FAST_ON_CPU if path == "step_graphs" else [*FAST_ON_CPU[:4], *COMPILED_ON_CPU, *NO_STEP_GRAPHS]),
         "data.pad_multiple=16",
         "model.optimizer.fused=true",  # gpu_fast's Adam (the for-loop Adam reads its step count on the host)
         "trainer.log_every_n_steps=1000",
@@ -173,6 +194,53 @@ def test_no_host_reads_during_an_epoch(make_cfg, tmp_path):
         fit(make_cfg(*overrides, out=tmp_path / "run"), reads)
     assert reads.batches >= 8
     assert reads.reads == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.steps_per_batch=2", "data.device_resident=true"], "needs model.step_graphs"),
+        (["model.step_graphs=true", "+trainer.gradient_clip_val=1.0"], "gradient clipping"),  # Lightning's
+    ],
+)
+def test_step_graph_options_that_would_be_skipped_are_refused(make_cfg, tmp_path, overrides, message):
+    with pytest.raises((ValueError, pl.utilities.exceptions.MisconfigurationException), match=message):
+        fit(make_cfg(*EXACT, *overrides, out=tmp_path / "run"))
+
+
+@pytest.mark.parametrize("option", ["compile", "scheduler"])
+def test_step_graphs_refuse_a_compiled_loss_and_a_scheduler(option):
+    from functools import partial
+
+    from rankers.scorers import LinearScorer
+
+    step_lr = partial(torch.optim.lr_scheduler.StepLR, step_size=1)
+    extra = {"compile": True} if option == "compile" else {"scheduler": step_lr}
+    with pytest.raises(ValueError, match="step_graphs"):
+        RankerModule(
+            LinearScorer, partial(ranknet_loss), partial(torch.optim.Adam), n_features=3, step_graphs=True, **extra
+        )
+
+
+@pytest.mark.parametrize(("precision", "world_size", "message"), [("16-mixed", 1, "16-mixed"), ("32-true", 2, "DDP")])
+def test_step_graphs_refuse_a_gradient_scaler_and_several_processes(precision, world_size, message):
+    """(A CPU trainer turns 16-mixed into bf16 and runs one process: the trainer is stood in for.)"""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from rankers.scorers import LinearScorer
+
+    model = RankerModule(LinearScorer, partial(ranknet_loss), partial(torch.optim.Adam), n_features=3, step_graphs=True)
+    model._trainer = SimpleNamespace(datamodule=None, precision=precision, world_size=world_size)
+    with pytest.raises(ValueError, match=message):
+        model._check_step_options()
+
+
+def test_steps_per_batch_needs_device_resident_batches():
+    from datamodules.letor import LetorDataModule
+
+    with pytest.raises(ValueError, match="device_resident"):
+        LetorDataModule("train.txt", steps_per_batch=4)
 
 
 def test_compile_mode_needs_inductor():
@@ -192,22 +260,31 @@ def test_compile_mode_needs_inductor():
 
 
 @cuda_only
-def test_gpu_fast_on_cuda_trains_with_cuda_graphs_and_few_syncs(make_cfg, tmp_path):
-    syncs = []
-
+def test_gpu_fast_on_cuda_trains_with_step_graphs_and_few_syncs(make_cfg, tmp_path):
     class SyncDebug(pl.Callback):
         def on_train_epoch_start(self, trainer, module):
-            if trainer.current_epoch == 1:
+            if trainer.current_epoch == 3:
                 torch.cuda.set_sync_debug_mode("warn")
 
         def on_train_epoch_end(self, trainer, module):
             torch.cuda.set_sync_debug_mode("default")
 
-    overrides = [*EXACT, "trainer=gpu_fast", "data.pad_multiple=32", "trainer.log_every_n_steps=1000"]
+    overrides = [
+        *EXACT,
+        "trainer=gpu_fast",
+        "trainer.max_epochs=4",
+        "data.pad_multiple=32",
+        "data.steps_per_batch=2",
+        "trainer.log_every_n_steps=1000",
+    ]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model, trainer = fit(make_cfg(*overrides, out=tmp_path / "run"), SyncDebug())
         syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
-    batches = trainer.num_training_batches
-    assert len(syncs) < batches, [str(w.message) for w in syncs[:5]]
+        eager = [w for w in caught if "runs eagerly" in str(w.message)]
+    assert not eager, [str(w.message) for w in eager]
+    runner = model._runner
+    assert runner.captures >= 1 and runner.replays >= 1, (runner.captures, runner.replays, runner.seen)
+    steps_per_epoch = trainer.global_step // 4
+    assert len(syncs) < steps_per_epoch, [str(w.message) for w in syncs[:5]]
     assert all(torch.isfinite(p).all() for p in model.parameters())
