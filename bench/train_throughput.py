@@ -164,6 +164,7 @@ class Row:
     mkl: bool = False
     fast_batch: int = 256
     lr_power: float = LR_POWER
+    precision: str = "bf16-mixed"  # the fast rows' on CUDA (trainer=gpu_fast's)
 
     @property
     def fast(self) -> bool:
@@ -217,7 +218,7 @@ def trainer_for(device: str, path: Row, **options) -> pl.Trainer:
     return pl.Trainer(
         accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
-        precision="bf16-mixed" if path.fast and device == "cuda" else "32-true",
+        precision=path.precision if path.fast and device == "cuda" else "32-true",
         log_every_n_steps=50,
         logger=False,
         enable_checkpointing=False,
@@ -253,11 +254,13 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
     return meter.docs / meter.seconds, meter.batches
 
 
-def names(device: str, batch: int, fast_batch: int, lr_power: float = LR_POWER) -> dict[str, str]:
+def names(
+    device: str, batch: int, fast_batch: int, lr_power: float = LR_POWER, precision: str = "bf16-mixed"
+) -> dict[str, str]:
     fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** lr_power:g}, fused Adam"
     if device == "cuda":
         graphs = f"whole steps as CUDA graphs, {STEPS_PER_BATCH} a Lightning step"
-        fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, {graphs}, bf16"
+        fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, {graphs}, {precision}"
     else:
         fast = f"**`trainer=cpu_fast`**: {fast}"
     return {
@@ -293,21 +296,16 @@ def throughput_table(args: argparse.Namespace) -> None:
         rows = [("loader", Row("loader")), ("resident", Row("resident"))]
         if device == "cpu" and onednn_mlp.enabled():
             rows.append(("mkl", Row("resident", mkl=True)))
-        if device == "cuda":  # step graphs at the base batch too (the standard path's updates, in bf16), and 2x
-            rows += [
-                ("fast", Row("fast", fast_batch=b, lr_power=args.lr_power))
-                for b in (args.batch_size, 2 * args.batch_size)
-            ]
-        rows.append(("fast", Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)))
+        rows += [("fast", path) for path in fast_rows(args, device)]
         reference = None
         for key, path in rows:
-            dtype = torch.bfloat16 if path.fast and device == "cuda" else torch.float32
+            dtype = torch.bfloat16 if path.fast and device == "cuda" and "bf16" in path.precision else torch.float32
             before = peak_flops(device, dtype)
             rate, timed = run(data, device, path, batches, args.warmup, args.batch_size)
             peak = max(before, peak_flops(device, dtype))
             reference = reference or rate
             epoch, floor = len(data.labels) / rate, total_flops / peak
-            name = names(device, args.batch_size, path.fast_batch, path.lr_power)[key]
+            name = names(device, args.batch_size, path.fast_batch, path.lr_power, path.precision)[key]
             print(
                 f"| {label} | {name} | "
                 f"{str(dtype).removeprefix('torch.')} | {timed} | {rate:,.0f} | {epoch:.2f} | {peak / 1e9:,.0f} | "
@@ -423,6 +421,18 @@ def _adam_step(optimizer: torch.optim.Optimizer) -> None:
     optimizer.zero_grad()
 
 
+def fast_rows(args: argparse.Namespace, device: str) -> list[Row]:
+    """The fast path's rows: ``--fast-sizes`` x ``--fast-precision`` (CUDA; CPU trains in float32)."""
+    sizes = args.fast_sizes or ([args.batch_size, 2 * args.batch_size] if device == "cuda" else [])
+    sizes = list(dict.fromkeys([*sizes, args.fast_batch_size] if not args.fast_sizes else sizes))
+    precisions = args.fast_precision if device == "cuda" else ["32-true"]
+    return [
+        Row("fast", fast_batch=size, lr_power=args.lr_power, precision=precision)
+        for precision in precisions
+        for size in sizes
+    ]
+
+
 def quality(args: argparse.Namespace) -> None:
     """Validation ndcg@10 after ``--epochs`` epochs, standard path vs the fast path(s), seeds 0..S-1."""
     device = "cuda" if args.device == "cuda" else "cpu"
@@ -436,11 +446,9 @@ def quality(args: argparse.Namespace) -> None:
         f"{args.quality_queries} training queries, batch {args.batch_size} (fast: {args.fast_batch_size})"
     )
     paths = [("standard (resident data, float32)", Row("resident"))]
-    if device == "cuda":  # step graphs + bf16 at the standard batch and rate, and at 2x
-        for size in (args.batch_size, 2 * args.batch_size):
-            paths.append((f"gpu_fast at {size} queries", Row("fast", fast_batch=size, lr_power=args.lr_power)))
-    fast_name = f"{device.replace('cuda', 'gpu')}_fast at {args.fast_batch_size} queries"
-    paths.append((fast_name, Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)))
+    for path in fast_rows(args, device):
+        precision = f", {path.precision}" if device == "cuda" else ""
+        paths.append((f"{device.replace('cuda', 'gpu')}_fast at {path.fast_batch} queries{precision}", path))
     print("| data | path | val ndcg@10 per seed | mean | std |\n|---|---|---|---:|---:|")
     for kind, make in kinds.items():
         train, val = make(args.quality_queries, seed=100), make(max(200, args.quality_queries // 4), seed=200)
@@ -476,6 +484,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4, help="--quality: epochs per run")
     parser.add_argument("--seeds", type=int, default=3, help="--quality: runs per path")
     parser.add_argument("--quality-queries", type=int, default=1500, help="--quality: training queries")
+    parser.add_argument("--fast-sizes", type=int, nargs="+", default=None, help="fast rows' batches (queries)")
+    parser.add_argument(
+        "--fast-precision", nargs="+", default=["bf16-mixed"], help="CUDA fast rows: bf16-mixed and/or 32-true"
+    )
     parser.add_argument("--lr-power", type=float, default=LR_POWER, help="fast rows: lr x (batch / 64) ** this")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()

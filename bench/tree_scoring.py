@@ -64,11 +64,13 @@ def main() -> None:
     width = max(train.num_features, test.num_features)
     train, test = train.with_num_features(width), test.with_num_features(width)
     split = Split(train.features, train.labels.astype(np.float64), train.offsets)
+    start = time.perf_counter()
     params = engine_params(args.engine, {}, {}, 0)
     model = fit_engine(
         args.engine, params, split, None, rounds=args.rounds, early_stopping_rounds=None, k=10, gain="exp2",
         empty=0.0, on_round=lambda r, v: False,
     )  # fmt: skip
+    print(f"# fitted {model.rounds} rounds on {len(train.labels):,} documents in {time.perf_counter() - start:.1f} s", flush=True)
     build = lightgbm_scorer if args.engine == "lightgbm" else xgboost_scorer
     device = torch.device(args.device)
     scorer = torch.jit.script(build(model.text, model.rounds, width).eval()).to(device)
@@ -98,6 +100,7 @@ def main() -> None:
             return booster.predict(xgb.DMatrix(x), iteration_range=(0, model.rounds), output_margin=True)
 
     diff = float(np.abs(ours() - engine()).max())
+    print(f"# scored {len(x):,} documents both ways; largest |difference| {diff:.2e}", flush=True)
     ours_s, engine_s = best_seconds(ours, args.timings), best_seconds(engine, args.timings)
     n = len(x)
     trees = f"{model.rounds} trees (deepest leaf {scorer.depth})"

@@ -10,7 +10,10 @@ copy of the batch into the graph's inputs and one replay.
 The steps are the same steps, in the same order, as Lightning's automatic optimization takes (tested
 on CPU, where :class:`StepRunner` runs them eagerly): zero the gradients, the loss, backward, the
 optimizer's step. On CUDA the first ``warmup`` batches of each shape run eagerly on a side stream (the
-capture needs the optimizer's state, the gradients and cuBLAS' workspaces to exist), the next one is
+capture needs the optimizer's state, the gradients and cuBLAS' workspaces to exist), the last of them
+with CUDA's sync debug mode set to raise: a step that reads from the device (which a capture cannot
+hold) is found there, and that shape keeps running eagerly (a warning says so), rather than failing
+inside a capture, which would leave the CUDA random generator in capture mode. The next batch is
 captured and then every batch of that shape is replayed.
 """
 
@@ -89,7 +92,7 @@ class StepRunner:
         self.graphs_enabled, self.warmup, self.max_graphs = graphs, warmup, max_graphs
         self.graphs: dict[tuple, _Graph] = {}
         self.seen: dict[tuple, int] = {}
-        self.eager_shapes: set[tuple] = set()  # shapes whose capture failed: eager from then on
+        self.eager_shapes: set[tuple] = set()  # shapes whose step reads from the device: eager from then on
         self.rates: list[float] | None = None  # the learning rates the graphs were captured with
         self.captures = self.replays = 0
 
@@ -100,12 +103,14 @@ class StepRunner:
         self._forget_stale_graphs()
         key = (tuple(features.shape), tuple(labels.shape), features.dtype, labels.dtype)
         entry = self.graphs.get(key)
-        if entry is None and key not in self.eager_shapes:
+        if entry is None and key not in self.eager_shapes:  # warm up, probe, capture
             seen = self.seen[key] = self.seen.get(key, 0) + 1
-            if seen <= self.warmup or len(self.graphs) >= self.max_graphs:
+            if seen < self.warmup or len(self.graphs) >= self.max_graphs:
                 return self._on_side_stream(features, labels, mask)
+            if seen == self.warmup:
+                return self._probe(key, features, labels, mask)
             entry = self._capture(key, features, labels, mask)
-        if entry is None:
+        if entry is None:  # a shape whose step reads from the device
             return self._eager(features, labels, mask).detach()
         for static, value in zip(entry.inputs, (features, labels, mask), strict=True):
             static.copy_(value)
@@ -126,12 +131,28 @@ class StepRunner:
         """An eager step on a side stream, as CUDA's capture wants its warm-up."""
         side = torch.cuda.Stream(device=features.device)
         side.wait_stream(torch.cuda.current_stream(features.device))
-        with torch.cuda.stream(side):
-            loss = self._eager(features, labels, mask).detach()
-        torch.cuda.current_stream(features.device).wait_stream(side)
-        return loss
+        try:
+            with torch.cuda.stream(side):
+                return self._eager(features, labels, mask).detach()
+        finally:
+            torch.cuda.current_stream(features.device).wait_stream(side)
 
-    def _capture(self, key: tuple, features: Tensor, labels: Tensor, mask: Tensor) -> _Graph | None:
+    def _probe(self, key: tuple, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
+        """The last warm-up step, with synchronizing CUDA calls raising: the step a capture would hold."""
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return self._on_side_stream(features, labels, mask)
+        except RuntimeError as error:
+            # raised before any update (the optimizer's step does not read back): take the step eagerly
+            message = f"step_graphs: batch shape {key[0]} runs eagerly, its step reads from the device: {error}"
+            warnings.warn(message, stacklevel=3)
+            self.eager_shapes.add(key)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        return self._eager(features, labels, mask).detach()
+
+    def _capture(self, key: tuple, features: Tensor, labels: Tensor, mask: Tensor) -> _Graph:
         inputs = (features.clone(), labels.clone(), mask.clone())
         for param in self.params:  # gradients shared by every graph: allocated outside the graphs' pools
             if param.grad is None:
@@ -144,10 +165,11 @@ class StepRunner:
                     loss = self.loss_fn(*inputs)
                 loss.backward()
                 self.optimizer.step()
-        except RuntimeError as error:  # e.g. a host sync inside the loss: correct, only slower, eagerly
-            warnings.warn(f"step_graphs: batch shape {key[0]} runs eagerly, its capture failed: {error}", stacklevel=2)
-            self.eager_shapes.add(key)
-            return None
+        except RuntimeError as error:  # what the probe could not see; CUDA's state is not to be trusted after it
+            raise RuntimeError(
+                f"model.step_graphs: the training step of batch shape {key[0]} cannot be captured as a CUDA "
+                f"graph ({error}); train with model.step_graphs=false"
+            ) from error
         self.rates = self.rates or self._current_rates()
         self.captures += 1
         entry = self.graphs[key] = _Graph(graph, inputs, loss.detach())

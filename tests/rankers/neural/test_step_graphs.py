@@ -131,11 +131,11 @@ def test_a_new_learning_rate_is_captured_again():
 
 
 @cuda_only
-def test_a_step_that_cannot_be_captured_runs_eagerly():
+def test_a_step_that_reads_from_the_device_runs_eagerly_without_a_capture():
     scorer, loss_fn = scorer_and_loss(device="cuda")
     twin = copy.deepcopy(scorer)
 
-    def reading_loss(features, labels, mask):  # a host read: not allowed while capturing
+    def reading_loss(features, labels, mask):  # a host read: not allowed while capturing, found by the probe
         value = loss_fn(features, labels, mask)
         return value if float(value) >= 0 else -value
 
