@@ -56,7 +56,7 @@ def fit(cfg, *callbacks: pl.Callback) -> tuple[RankerModule, pl.Trainer]:
 
 def test_gpu_fast_composes_its_settings(make_cfg):
     cfg = make_cfg("trainer=gpu_fast")
-    assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
+    assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "32-true"
     assert cfg.data.device_resident and cfg.data.pad_multiple == 256
     assert cfg.model.step_graphs and cfg.data.steps_per_batch == 16 and not cfg.model.compile
     assert cfg.model.optimizer.fused
