@@ -14,8 +14,8 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
 * on CPU, the same with the MLP through ``nn.Linear`` (MKL) instead of oneDNN (``rankers.neural.onednn_mlp``);
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
   the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256 (float32,
-  ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA graph and 16 steps per Lightning
-  step (``model.step_graphs``, ``data.steps_per_batch``), and its whole second epoch is timed.
+  ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA graph and 16
+  steps per Lightning step (``model.step_graphs``, ``data.steps_per_batch``); its whole second epoch is timed.
 
 Other rows time ``--batches`` batches of 64 queries (the fast row: the same number of queries) after
 ``--warmup`` and extrapolate to an epoch. **Compute floor**: the MLP's forward and backward FLOPs

@@ -70,7 +70,8 @@ def main() -> None:
         args.engine, params, split, None, rounds=args.rounds, early_stopping_rounds=None, k=10, gain="exp2",
         empty=0.0, on_round=lambda r, v: False,
     )  # fmt: skip
-    print(f"# fitted {model.rounds} rounds on {len(train.labels):,} documents in {time.perf_counter() - start:.1f} s", flush=True)
+    seconds = time.perf_counter() - start
+    print(f"# fitted {model.rounds} rounds on {len(train.labels):,} documents in {seconds:.1f} s", flush=True)
     build = lightgbm_scorer if args.engine == "lightgbm" else xgboost_scorer
     device = torch.device(args.device)
     scorer = torch.jit.script(build(model.text, model.rounds, width).eval()).to(device)
