@@ -87,7 +87,7 @@ def _b_factor(kernel: Tensor, root: Tensor) -> Tensor:
 
 
 def _solve_alpha(kernel: Tensor, chol: Tensor, root: Tensor, b: Tensor) -> Tensor:
-    """``(K + S^-1)^-1 S^-1 b``-style solve of R&W line 6-7: ``b - S^1/2 B^-1 S^1/2 K b`` ``[T, n]``."""
+    """``(I + S K)^-1 b = b - S^1/2 B^-1 S^1/2 K b`` ``[T, n]`` (Woodbury; R&W Algorithm 3.1, lines 6-7)."""
     kb = (kernel @ b[..., None])[..., 0]
     return b - root * torch.cholesky_solve((root * kb)[..., None], chol)[..., 0]
 

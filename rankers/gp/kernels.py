@@ -58,7 +58,8 @@ def rbf(
             ``[..., d]`` (one per feature).
 
     Returns:
-        ``[..., n, m]``. The same as ``Scale(RBF(kappa, ard=ard), kappa0)(x, z)``.
+        ``[..., n, m]``. The functional, task-batched form of ``gaussian_kernel(kappa0, kappa)`` (the
+        module the scorers hold), used where the parameters differ per task or carry gradients.
 
     Example:
         >>> x = torch.tensor([[0.0], [1.0]])
