@@ -183,11 +183,11 @@ def laplace_log_evidence(
 ) -> Tensor:
     """The Laplace evidence ``log p(y | theta)`` ``[T]``, differentiable in ``kernel`` and the likelihood's tensors.
 
-    The mode is found without autograd (``likelihood`` is called on detached latents only through
-    its tensors, so keep its parameters as tensors); one Newton step from it is then taken *with*
-    autograd. At the mode the Newton map's derivative in ``theta`` is exactly the implicit derivative
-    of the mode (``-H^-1 d grad / d theta``), so the gradient of the returned value is the total
-    gradient of the Laplace evidence (the mode's dependence through ``W`` in ``log |B|`` included).
+    The mode is found under ``no_grad``; one Newton step from it is then taken *with* autograd (a
+    parameter that should get a gradient, such as the likelihood's ``sigma``, is a tensor that
+    requires it). At the mode the Newton map's derivative in ``theta`` is exactly the implicit
+    derivative of the mode (``-H^-1 d grad / d theta``), so the gradient of the returned value is the
+    total gradient of the Laplace evidence (the mode's dependence through ``W`` in ``log |B|`` included).
     """
     mask = mask.bool()
     prior_mean = torch.zeros(mask.shape, dtype=kernel.dtype, device=kernel.device) if prior_mean is None else prior_mean
