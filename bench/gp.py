@@ -47,7 +47,7 @@ def make_tasks(tasks: int, items: int, pairs: int, pool: int, dims: int, seed: i
 def step(prior, v, u, cand_v, cand_u, sigma: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One active-learning step for a batch of tasks: utilities ``[T, n]`` and pool gains ``[T, P]``."""
     state = fit(prior, v, u, sigma)
-    latent = (prior @ scatter_pairs(state.a, v, u, prior.shape[-1])[..., None])[..., 0]
+    latent = (prior @ scatter_pairs(state.alpha, v, u, prior.shape[-1])[..., None])[..., 0]
     mu, s2, _ = predict_pairs(state, prior, v, u, cand_v, cand_u, sigma)
     return latent, active.expected_entropy_gain(mu, s2, sigma)
 

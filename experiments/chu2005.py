@@ -4,7 +4,8 @@
     python train.py experiment=chu2005_boston     # Figure 2: active learning, entropy vs random
 
 Both write ``results.json`` and a PNG into the run directory. The paper's settings are the
-defaults (conf/experiment/chu2005_*.yaml); the Laplace approximation replaces the paper's EP.
+defaults (conf/experiment/chu2005_*.yaml). Figure 1's posterior is the Laplace approximation, Figure 2's
+the paper's EP (``inference=laplace`` there is the option); both are ``rankers.gp.inference``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from datamodules.tabular import TableFormatError, read_numeric_table
 from experiments.results import write_results
 from rankers.gp import active
-from rankers.gp.kernels import SemiSupervisedKernel, deformation, knn_laplacian, rbf
+from rankers.gp.kernels import SemiSupervisedKernel, gaussian_kernel
 from rankers.gp.preference import fit, posterior_latent
 from rankers.outputs import save_figure
 from rankers.threads import torch_threads
@@ -95,9 +96,7 @@ def spiral_figure(
     v, u = torch.tensor([int(pair[0])]), torch.tensor([int(pair[1])])
     sigma = math.sqrt(sigma2)
 
-    def base(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return rbf(a, b, kappa0, kappa)
-
+    base = gaussian_kernel(kappa0, kappa)
     kernels = {"supervised": base, "semi_supervised": SemiSupervisedKernel(base, x, neighbours=neighbours)}
     lim = float(x.abs().max()) + 0.4
     axis = torch.linspace(-lim, lim, grid, dtype=torch.float64)
@@ -275,14 +274,14 @@ def boston_curves(
         pairs = sample_pairs(target.cpu(), pool + initial_pairs, trials, generator).to(dev)
         init, candidates = pairs[:, :initial_pairs], pairs[:, initial_pairs:]
         sigma = math.sqrt(sigma2)
-        gram = rbf(features, features, kappa0, kappa)
+        base = gaussian_kernel(kappa0, kappa)
         curves: dict[str, dict[str, dict[str, Any]]] = {}
         seconds: dict[str, float] = {}
         for prior_name in priors:
-            prior = gram
-            if prior_name == "semi_supervised":
-                prior = gram - gram @ deformation(gram, knn_laplacian(features, neighbours)) @ gram
-                prior = 0.5 * (prior + prior.T)
+            # eq. (2), or eq. (5): the graph-deformed kernel over the houses (its unlabelled points)
+            kernel = base if prior_name == "supervised" else SemiSupervisedKernel(base, features, neighbours=neighbours)
+            prior = kernel(features, features)
+            prior = 0.5 * (prior + prior.T)
             curves[prior_name] = {}
             for strategy in strategies:
                 tick = time.perf_counter()

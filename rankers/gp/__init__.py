@@ -1,37 +1,34 @@
-"""Gaussian-process rankers: covariance functions, the semi-supervised (graph-deformed) prior,
-Chu & Ghahramani's preference GP (Laplace, EP) and its active learning; Yu, Yu & Tresp's collaborative
-ordinal regression (the ordinal probit with EP and Laplace, GPR, and the EM that learns a shared prior:
-CGPR, CGPOR). See docs/gp.md."""
+"""Gaussian-process rankers: composed covariance functions and the semi-supervised (graph-deformed)
+prior, likelihood objects (the probit preference and the ordinal probit) with the family's one
+Laplace approximation and one EP over any of them, Chu & Ghahramani's preference GP and its active
+learning, and Yu, Yu & Tresp's collaborative ordinal regression (GPR, GPOR and the EM that learns a
+shared prior: CGPR, CGPOR). The papers' tables and figures are ``experiments.chu2005`` and
+``experiments.yu2005``. See docs/gp.md."""
 
-from rankers.gp.collaborative import MODELS, ModelOptions, Split, errors, fit_predict
+from rankers.gp.collaborative import MODELS, ModelOptions, Split, fit_predict
+from rankers.gp.inference import GaussianPosterior, ep, laplace, laplace_log_evidence, site_posterior
 from rankers.gp.kernels import (
     JITTER_LADDER,
+    RBF,
     NotPositiveDefiniteError,
+    Product,
+    Scale,
     SemiSupervisedKernel,
+    Sum,
     cholesky_jitter,
     deformation,
+    gaussian_kernel,
     knn_laplacian,
     rbf,
     squared_distances,
 )
-from rankers.gp.ordinal import (
-    IndefiniteKernelError,
-    check_kernel,
-    ep_ordinal,
-    laplace_ordinal,
-    ordinal_log_likelihood,
-    ordinal_moments,
-    predict_ordinal,
-    site_posterior,
-)
+from rankers.gp.likelihoods import Likelihood, OrdinalLikelihood, ProbitPreference, gaussian_sites
+from rankers.gp.ordinal import IndefiniteKernelError, check_kernel, fit_thresholds, predict_ordinal
 from rankers.gp.preference import (
     InconsistentPairsError,
-    LaplaceState,
     check_pairs,
-    ep_posterior,
     fit,
     fit_hyperparameters,
-    laplace_mode,
     log_evidence,
     pair_gram,
     pair_probability,
@@ -42,29 +39,35 @@ from rankers.gp.preference import (
 __all__ = [
     "JITTER_LADDER",
     "MODELS",
+    "RBF",
+    "GaussianPosterior",
     "InconsistentPairsError",
     "IndefiniteKernelError",
-    "LaplaceState",
+    "Likelihood",
     "ModelOptions",
     "NotPositiveDefiniteError",
+    "OrdinalLikelihood",
+    "ProbitPreference",
+    "Product",
+    "Scale",
     "SemiSupervisedKernel",
     "Split",
+    "Sum",
     "check_kernel",
     "check_pairs",
     "cholesky_jitter",
     "deformation",
-    "ep_ordinal",
-    "ep_posterior",
-    "errors",
+    "ep",
     "fit",
     "fit_hyperparameters",
     "fit_predict",
+    "fit_thresholds",
+    "gaussian_kernel",
+    "gaussian_sites",
     "knn_laplacian",
-    "laplace_mode",
-    "laplace_ordinal",
+    "laplace",
+    "laplace_log_evidence",
     "log_evidence",
-    "ordinal_log_likelihood",
-    "ordinal_moments",
     "pair_gram",
     "pair_probability",
     "posterior_latent",

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rankers.gp.inference import GaussianPosterior
+from rankers.gp.likelihoods import inverse_mills
 from rankers.gp.preference import (
-    LaplaceState,
     difference_rows,
     fit,
     gather_columns,
-    inverse_mills,
     lower_solve,
     predict_pairs,
     scatter_pairs,
@@ -74,7 +74,7 @@ def expected_entropy_gain(mu: Tensor, s2: Tensor, sigma: Tensor | float) -> Tens
 
 
 def expected_entropy_gain_all(
-    state: LaplaceState, prior: Tensor, v: Tensor, u: Tensor, cand_v: Tensor, cand_u: Tensor, sigma: Tensor | float
+    state: GaussianPosterior, prior: Tensor, v: Tensor, u: Tensor, cand_v: Tensor, cand_u: Tensor, sigma: Tensor | float
 ) -> Tensor:
     """The expensive alternative of section 3: expected gain summed over all items' predictive
     entropies, ``sum_i -1/2 log(1 - c (A_iv - A_iu)^2 / A_ii)`` averaged over the two outcomes.
@@ -82,7 +82,7 @@ def expected_entropy_gain_all(
     Args: as ``predict_pairs``. Returns ``[T, P]``.
     """
     rows = difference_rows(prior, v, u)  # D K: [T, K, n]
-    sw = state.w.sqrt()[..., None]
+    sw = state.root[..., None]
     v_all = lower_solve(state.chol, sw * rows)  # [T, K, n]
     diag = torch.diagonal(prior, dim1=-2, dim2=-1)
     a_diag = (diag - (v_all * v_all).sum(-2)).clamp_min(torch.finfo(prior.dtype).tiny)  # [T, n]
@@ -103,7 +103,7 @@ def expected_entropy_gain_all(
 
 def select(
     strategy: str,
-    state: LaplaceState,
+    state: GaussianPosterior,
     prior: Tensor,
     v: Tensor,
     u: Tensor,
@@ -202,11 +202,11 @@ def run(
     available = torch.ones(pool_v.shape, dtype=torch.bool, device=pool_v.device)
     rows = torch.arange(pool_v.shape[0], device=pool_v.device)
     errors, steps = [], []
-    a0 = sites = None
+    alpha0 = sites = None
     for q in range(queries + 1):
-        state = fit(prior, v, u, sigma, a0=a0, sites=sites, inference=inference)
+        state = fit(prior, v, u, sigma, alpha0=alpha0, sites=sites, inference=inference)
         steps.append(state.iterations)
-        latent = (prior @ scatter_pairs(state.a, v, u, n)[..., None])[..., 0]  # f_hat = K D^T a
+        latent = (prior @ scatter_pairs(state.alpha, v, u, n)[..., None])[..., 0]  # f_hat = K D^T alpha
         errors.append(error(latent))
         if q == queries:
             break
@@ -214,9 +214,9 @@ def run(
         new_v, new_u = _orient(pool_v[rows, pick][:, None], pool_u[rows, pick][:, None], target)
         available[rows, pick] = False
         v, u = torch.cat([v, new_v], 1), torch.cat([u, new_u], 1)
-        a0 = torch.cat([state.a, state.a.new_zeros(len(rows), 1)], 1)
-        if state.sites is not None:  # EP: the previous sites, the new one empty
-            sites = tuple(torch.cat([t, t.new_zeros(len(rows), 1)], 1) for t in state.sites)
+        # warm starts: the previous solution, the new pair's entry 0 (Laplace: alpha; EP: its sites)
+        alpha0 = torch.cat([state.alpha, state.alpha.new_zeros(len(rows), 1)], 1)
+        sites = tuple(torch.cat([t, t.new_zeros(len(rows), 1)], 1) for t in state.sites)
     return ActiveRun(errors=torch.stack(errors, 1), v=v, u=u, newton_steps=steps)
 
 

@@ -1,13 +1,14 @@
 """Collaborative ordinal regression (Yu, Yu & Tresp, NIPS 2005): GPR, CGPR, GPOR and CGPOR.
 
-    python train.py experiment=yu2005_cor data.path=/work/data/ml-100k/ml-100k.inter
+The paper's Tables 1 and 2 are ``experiments.yu2005`` (``python train.py experiment=yu2005_cor data.path=FILE``).
 
 Every task (user) ``j`` has a latent function ``f_j`` over the ``m`` items with the common prior
 ``N(h, Sigma)`` and labels on some training items. Learning is the paper's EM (section 3):
 
 * E-step: each task's Gaussian posterior ``Q(f_j) = N(f_hat_j, Sigma_hat_j)``, exact for the
-  Gaussian likelihood (GPR), by EP for the ordinal one (GPOR; :func:`rankers.gp.ordinal.ep_ordinal`,
-  Laplace as an option); all tasks at once, each on its own observed items (``[T, p, p]``).
+  Gaussian likelihood (GPR), by EP for the ordinal one (GPOR; ``rankers.gp.inference.ep``, parallel
+  and damped, on ``rankers.gp.likelihoods.OrdinalLikelihood``; Laplace as an option); all tasks at
+  once, each on its own observed items (``[T, p, p]``).
 * M-step for ``theta_j``: GPR's noise ``sigma^2 = sum_j (|y_j - f_hat_j|^2 + tr Sigma_hat_j) /
   sum_j n_j`` (pooled as in the paper's section 3.1 for CGPR; per task for GPR, a separate model
   each); GPOR's pins and ``sigma`` per task, maximizing the expected log-likelihood
@@ -27,9 +28,7 @@ so only the ``[m, n]`` columns ``Sigma[:, J]`` and the diagonal are ever held: t
 The individual models keep ``h = 0`` and ``Sigma`` = the correlation kernel.
 
 Predictions are labels: GPR rounds the predictive mean to the nearest grade; GPOR takes the most
-probable grade under the predictive distribution. Measures: mean absolute error and zero-one
-error of each task on its rated test items, averaged over the tasks (the paper's "averaged over
-all the users").
+probable grade under the predictive distribution.
 
 Our choices where the paper is silent (each in the docs): GPR/CGPR regress each task's labels
 minus its mean training label (added back to predict; the prior mean 0 then means "the user's
@@ -40,39 +39,18 @@ fits the training tasks ever more closely, so it is the regularizer here.
 
 from __future__ import annotations
 
-import logging
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from rankers.gp.ordinal import (
-    TaskPosterior,
-    check_kernel,
-    ep_ordinal,
-    fit_thresholds,
-    gaussian_sites,
-    initial_thresholds,
-    laplace_ordinal,
-    predict_ordinal,
-    site_posterior,
-)
-from rankers.outputs import save_figure, write_results, write_text
-
-log = logging.getLogger(__name__)
+from rankers.gp.inference import GaussianPosterior, ep, laplace, site_posterior
+from rankers.gp.likelihoods import OrdinalLikelihood, gaussian_sites
+from rankers.gp.ordinal import check_kernel, fit_thresholds, initial_thresholds, predict_ordinal
 
 MODELS = ("GPR", "CGPR", "GPOR", "CGPOR")
-# the paper's Tables 1 and 2 (EachMovie): {model: {n training items: (MAE, zero-one)}}
-PAPER = {
-    "GPR": {100: (1.1971, 0.7432), 200: (1.1283, 0.7224), 300: (1.1042, 0.7155), 400: (1.0970, 0.7125)},
-    "CGPR": {100: (1.1763, 0.7372), 200: (1.1260, 0.7213), 300: (1.1005, 0.7142), 400: (1.0923, 0.7085)},
-    "GPOR": {100: (1.2366, 0.6239), 200: (1.2126, 0.6087), 300: (1.0907, 0.5862), 400: (1.0454, 0.5760)},
-    "CGPOR": {100: (1.2225, 0.6168), 200: (1.1711, 0.5999), 300: (1.0557, 0.5782), 400: (1.0203, 0.5723)},
-}
+APPROXIMATIONS = ("ep", "laplace")
 
 
 @dataclass
@@ -153,7 +131,7 @@ class PriorState:
     def n(self) -> int:
         return self.cols.shape[1]
 
-    def update(self, posterior: TaskPosterior, index: Tensor, valid: Tensor) -> None:
+    def update(self, posterior: GaussianPosterior, index: Tensor, valid: Tensor) -> None:
         """Eq. (3) through the E-step's ``alpha_j``, ``W_j`` (see the module docstring)."""
         T, n = index.shape[0], self.n
         zeros = torch.zeros_like(posterior.alpha)
@@ -193,6 +171,8 @@ def fit_predict(split: Split, model: str, options: ModelOptions | None = None) -
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     options = options or ModelOptions()
+    if options.approximation not in APPROXIMATIONS:
+        raise ValueError(f"approximation must be one of {APPROXIMATIONS}, got {options.approximation!r}")
     collaborative, ordinal = model.startswith("C"), model.endswith("OR")
     n, r = split.n_train, split.n_ranks
     square, jitter = check_kernel(split.cols[:n], what="the prior kernel on the training items")
@@ -219,16 +199,16 @@ def fit_predict(split: Split, model: str, options: ModelOptions | None = None) -
         kernel = gather_kernel(prior.cols[:n], index, valid)
         prior_mean = torch.where(valid, prior.mean[index], torch.zeros((), dtype=dtype))
         if ordinal:  # E-step
+            likelihood = OrdinalLikelihood(labels, thresholds, sigma)
             if options.approximation == "laplace":
-                fit = laplace_ordinal(kernel, prior_mean, labels, valid, thresholds, sigma)
+                posterior = laplace(kernel, likelihood, valid, prior_mean, max_iter=50, tol=1e-8)
             else:
-                fit = ep_ordinal(
-                    kernel, prior_mean, labels, valid, thresholds, sigma, sites=sites, max_iter=options.ep_iters,
-                    damping=options.ep_damping, tol=options.ep_tol,
+                posterior = ep(
+                    kernel, likelihood, valid, prior_mean, sites=sites, schedule="parallel",
+                    damping=options.ep_damping, max_sweeps=options.ep_iters, tol=options.ep_tol,
                 )  # fmt: skip
-                sites = (fit.tau, fit.nu)
-            ep_sweeps.append(fit.iterations)
-            posterior = fit.posterior
+                sites = posterior.sites
+            ep_sweeps.append(posterior.iterations)
         else:
             posterior = site_posterior(kernel, prior_mean, *gaussian_sites(targets, valid, noise_var))
         if iteration == options.em_iters:
@@ -271,164 +251,3 @@ def fit_predict(split: Split, model: str, options: ModelOptions | None = None) -
     out.scatter_(1, torch.where(test_valid, test_index, torch.full_like(test_index, q)), predicted)
     out = out[:, :q]
     return FitResult(out, history)
-
-
-def errors(predictions: Tensor, labels: Tensor) -> tuple[float, float] | None:
-    """Mean absolute error and zero-one error of each task on its rated items, averaged over the
-    tasks that have any: ``predictions, labels [T, q]`` (-1 = not rated); None when no task rated
-    any of the ``q`` items (nothing to measure, where a mean would be NaN)."""
-    rated = labels >= 0
-    counts = rated.sum(1)
-    has = counts > 0
-    if not bool(has.any()):
-        return None
-    zero = torch.zeros((), dtype=torch.float64)
-    difference = torch.where(rated, (predictions - labels).abs().to(torch.float64), zero)
-    wrong = torch.where(rated, (predictions != labels).to(torch.float64), zero)
-    mae = (difference.sum(1)[has] / counts[has]).mean().item()
-    zero_one = (wrong.sum(1)[has] / counts[has]).mean().item()
-    return mae, zero_one
-
-
-# -- the experiment: Tables 1 and 2 ----------------------------------------------------------------
-
-
-def make_split(data, items: np.ndarray, n_train: int) -> Split:
-    """The split whose training items are ``items[:n_train]`` and test items the rest (``data`` a
-    :class:`datamodules.collaborative_ratings.CollaborativeRatings`)."""
-    train = items[:n_train]
-    cols = torch.from_numpy(data.kernel(items, train))
-    diag = torch.from_numpy(np.asarray(data.unit[items].multiply(data.unit[items]).sum(1)).ravel())
-    labels = torch.from_numpy(data.labels[:, items])
-    return Split(cols, diag, labels[:, :n_train], labels[:, n_train:], data.n_ranks)
-
-
-def table(
-    cfg: Any = None,
-    *,
-    data: Any = None,
-    train_sizes: tuple[int, ...] = (100, 200, 300, 400),
-    models: tuple[str, ...] = MODELS,
-    trials: int = 3,
-    seed: int = 0,
-    threads: int | None = 1,
-    out_dir: str | Path | None = None,
-    **model_options: Any,
-) -> dict[str, Any]:
-    """Tables 1 and 2: MAE and zero-one error of each model at each training size, averaged over
-    ``trials`` random item splits (trial ``t``'s items permuted by ``default_rng([seed, t])``, the
-    first ``n`` for training). Writes ``results.json`` (``"table": {model: {n: {"mae", "zero_one",
-    ...}}}``), ``table.md`` and ``yu2005_cor.png`` into ``out_dir``."""
-    if cfg is not None:  # from train.py: the data group builds the ratings, options under `yu2005`
-        from hydra.utils import instantiate
-        from omegaconf import OmegaConf
-
-        options = OmegaConf.to_container(cfg.yu2005, resolve=True)
-        return table(data=instantiate(cfg.data), **options, out_dir=cfg.paths.output_dir)
-    if threads:
-        torch.set_num_threads(threads)
-    options = ModelOptions(**model_options)
-    start = time.perf_counter()
-    largest = max(train_sizes)
-    if largest >= data.n_items:
-        raise ValueError(f"training size {largest} needs more than the {data.n_items} items the data has")
-    per_trial: dict[str, dict[int, list[tuple[float, float]]]] = {m: {n: [] for n in train_sizes} for m in models}
-    histories: dict[str, dict[int, list[dict]]] = {m: {n: [] for n in train_sizes} for m in models}
-    seconds = {m: 0.0 for m in models}
-    for trial in range(trials):
-        items = np.random.default_rng([seed, trial]).permutation(data.n_items)
-        for n in train_sizes:
-            split = make_split(data, items, n)
-            for model in models:
-                begin = time.perf_counter()
-                result = fit_predict(split, model, options)
-                seconds[model] += time.perf_counter() - begin
-                per_trial[model][n].append(errors(result.predictions, split.test_labels))
-                histories[model][n].append(result.history)
-                log.info("trial %d, %d items, %s: MAE, zero-one %s", trial, n, model, per_trial[model][n][-1])
-    results_table = {
-        model: {str(n): {**_cell(per_trial[model][n]), **_paper_cell(model, n)} for n in train_sizes}
-        for model in models
-    }
-    total = time.perf_counter() - start
-    results = {
-        "table": results_table,
-        "setting": {"trials": trials, "seed": seed, "train_sizes": list(train_sizes), **options.__dict__},
-        "data": data.statistics,
-        "seconds": total,
-        "fit_seconds": seconds,
-        "history": histories,
-    }
-    text = format_table(results_table, train_sizes, models, trials, total)
-    print(text)
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "table.md", text, "table")
-        write_results(out / "results.json", results, default=str)
-        plot_table(results_table, train_sizes, models, out / "yu2005_cor.png")
-    return results
-
-
-def _cell(trials: list[tuple[float, float] | None]) -> dict[str, Any]:
-    """One cell of the tables: the means over the trials that had a rated test item (per trial None
-    where none had); a cell no trial could measure holds None and says why under ``"absent"``."""
-    measured = [v for v in trials if v is not None]
-    cell: dict[str, Any] = {
-        "mae": float(np.mean([v[0] for v in measured])) if measured else None,
-        "zero_one": float(np.mean([v[1] for v in measured])) if measured else None,
-        "mae_per_trial": [None if v is None else v[0] for v in trials],
-        "zero_one_per_trial": [None if v is None else v[1] for v in trials],
-        "trials_measured": len(measured),
-    }
-    if not measured:
-        cell["absent"] = f"no task user rated a test item in any of the {len(trials)} trials"
-    return cell
-
-
-def _paper_cell(model: str, n: int) -> dict[str, Any]:
-    if n not in PAPER[model]:
-        return {}
-    return {"paper": dict(zip(("mae", "zero_one"), PAPER[model][n], strict=True))}
-
-
-def format_table(results_table: dict, train_sizes, models, trials: int, seconds: float) -> str:
-    """Tables 1 and 2 as markdown (ours, the paper's EachMovie figure in brackets)."""
-    lines = [f"Mean over {trials} trials; {seconds:.0f} s in all.", ""]
-    for key, title in (("mae", "Mean absolute error"), ("zero_one", "Mean zero-one error")):
-        lines += [f"{title} (paper, EachMovie, in brackets)", "", "| training items | " + " | ".join(models) + " |"]
-        lines.append("|---" * (len(models) + 1) + "|")
-        for n in train_sizes:
-            cells = []
-            for model in models:
-                row = results_table[model][str(n)]
-                paper = row.get("paper", {}).get(key)
-                ours = "n/a" if row[key] is None else f"{row[key]:.4f}"
-                cells.append(ours + (f" ({paper:.4f})" if paper is not None else ""))
-            lines.append(f"| {n} | " + " | ".join(cells) + " |")
-        lines.append("")
-    absent = sorted({row["absent"] for rows in results_table.values() for row in rows.values() if "absent" in row})
-    lines += [f"n/a: {reason}" for reason in absent] + ([""] if absent else [])
-    return "\n".join(lines)
-
-
-def plot_table(results_table: dict, train_sizes, models, path: Path) -> None:
-    """MAE and zero-one error against the number of training items, one line per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in zip(axes, ("mae", "zero_one"), ("mean absolute error", "mean zero-one error"), strict=True):
-        for model in models:
-            values = [results_table[model][str(n)][key] for n in train_sizes]
-            values = [np.nan if v is None else v for v in values]  # a gap in the line, not a point
-            ax.plot(train_sizes, values, marker="o", linestyle="--" if model.startswith("C") else "-", label=model)
-        ax.set_xlabel("training items")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-    figure.suptitle("Collaborative ordinal regression (Yu, Yu & Tresp 2005, Tables 1-2)")
-    figure.tight_layout()
-    save_figure(figure, path, "plot", dpi=90)
-    plt.close(figure)

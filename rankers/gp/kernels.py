@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from datamodules.errors import DataError
 
@@ -58,7 +58,8 @@ def rbf(
             ``[..., d]`` (one per feature).
 
     Returns:
-        ``[..., n, m]``.
+        ``[..., n, m]``. The functional, task-batched form of ``gaussian_kernel(kappa0, kappa)`` (the
+        module the scorers hold), used where the parameters differ per task or carry gradients.
 
     Example:
         >>> x = torch.tensor([[0.0], [1.0]])
@@ -69,11 +70,119 @@ def rbf(
     kappa = torch.as_tensor(kappa, dtype=x.dtype, device=x.device)
     kappa0 = torch.as_tensor(kappa0, dtype=x.dtype, device=x.device)
     if ard:
-        scale = kappa.sqrt().unsqueeze(-2)  # ARD: [..., 1, d]
-        d2 = squared_distances(x * scale, z * scale)
+        d2 = scaled_squared_distances(x, z, kappa.sqrt().unsqueeze(-2))  # ARD: [..., 1, d]
     else:
         d2 = squared_distances(x, z) * kappa[..., None, None]
     return kappa0[..., None, None] * torch.exp(-0.5 * d2)
+
+
+def scaled_squared_distances(x: Tensor, z: Tensor, scale: Tensor) -> Tensor:
+    """``|s * (x_i - z_j)|^2`` for a per-feature ``scale`` broadcasting against ``x [..., n, d]``."""
+    return squared_distances(x * scale, z * scale)
+
+
+# -- composed kernels (modules: they hold their parameters as buffers, move with .to(), script and export) --
+class RBF(nn.Module):
+    """The unit-amplitude Gaussian kernel ``exp(-1/2 sum_l kappa_l (x_l - z_l)^2)``: ``[n, d], [m, d] -> [n, m]``.
+
+    ``kappa`` is one inverse squared length-scale (a float or a 0-d tensor) or one per feature (``[d]``:
+    ARD). Compose with :class:`Scale`, :class:`Sum`, :class:`Product` (or ``*``, ``+``).
+
+    Example:
+        >>> x = torch.tensor([[0.0], [1.0]])
+        >>> torch.allclose((2.0 * RBF(4.0))(x, x), rbf(x, x, 2.0, 4.0))
+        True
+    """
+
+    def __init__(self, kappa: Tensor | float = 1.0) -> None:
+        super().__init__()
+        self.register_buffer("scale", _parameter(kappa).sqrt())
+
+    def forward(self, x: Tensor, z: Tensor) -> Tensor:
+        scale = self.scale.to(dtype=x.dtype, device=x.device)
+        return torch.exp(-0.5 * scaled_squared_distances(x, z, scale))
+
+    def __mul__(self, other):
+        return _compose(self, other, Product)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other):
+        return _compose(self, other, Sum)
+
+
+class Scale(nn.Module):
+    """``kappa0 * base(x, z)``: an amplitude over any kernel module."""
+
+    def __init__(self, base: nn.Module, kappa0: Tensor | float = 1.0) -> None:
+        super().__init__()
+        self.base = base
+        self.register_buffer("kappa0", _parameter(kappa0))
+
+    def forward(self, x: Tensor, z: Tensor) -> Tensor:
+        return self.kappa0.to(dtype=x.dtype, device=x.device) * self.base(x, z)
+
+    __mul__ = RBF.__mul__
+    __rmul__ = RBF.__mul__
+    __add__ = RBF.__add__
+
+
+class Sum(nn.Module):
+    """``sum_i k_i(x, z)`` of kernel modules."""
+
+    def __init__(self, *kernels: nn.Module) -> None:
+        super().__init__()
+        self.kernels = nn.ModuleList(kernels)
+
+    def forward(self, x: Tensor, z: Tensor) -> Tensor:
+        total = torch.zeros(x.shape[:-1] + z.shape[-2:-1], dtype=x.dtype, device=x.device)
+        for kernel in self.kernels:
+            total = total + kernel(x, z)
+        return total
+
+    __mul__ = RBF.__mul__
+    __rmul__ = RBF.__mul__
+    __add__ = RBF.__add__
+
+
+class Product(nn.Module):
+    """``prod_i k_i(x, z)`` of kernel modules (a product of covariances is one: Schur)."""
+
+    def __init__(self, *kernels: nn.Module) -> None:
+        super().__init__()
+        self.kernels = nn.ModuleList(kernels)
+
+    def forward(self, x: Tensor, z: Tensor) -> Tensor:
+        total = torch.ones(x.shape[:-1] + z.shape[-2:-1], dtype=x.dtype, device=x.device)
+        for kernel in self.kernels:
+            total = total * kernel(x, z)
+        return total
+
+    __mul__ = RBF.__mul__
+    __rmul__ = RBF.__mul__
+    __add__ = RBF.__add__
+
+
+def _parameter(value: Tensor | float) -> Tensor:
+    """A kernel parameter as a buffer: a tensor keeps its dtype, a number is float64 (no rounding on the
+    way; ``forward`` computes in the inputs' dtype)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    return torch.tensor(float(value), dtype=torch.float64)
+
+
+def _compose(kernel: nn.Module, other, kind: type[nn.Module]) -> nn.Module:
+    """``kernel * c`` (a number: :class:`Scale`), ``kernel * other`` or ``kernel + other`` (kernel modules)."""
+    if isinstance(other, (int, float)) and kind is Product:
+        return Scale(kernel, float(other))
+    if not isinstance(other, nn.Module):
+        return NotImplemented
+    return kind(kernel, other)
+
+
+def gaussian_kernel(kappa0: Tensor | float, kappa: Tensor | float) -> nn.Module:
+    """Eq. (2) as a composed kernel: ``Scale(RBF(kappa), kappa0)`` (``kappa`` ``[d]`` for ARD)."""
+    return Scale(RBF(kappa), kappa0)
 
 
 def cholesky_jitter(
@@ -206,3 +315,16 @@ class SemiSupervisedKernel:
         kx = self.base(x, self.cloud)  # [..., n, N]
         kz = kx.transpose(-1, -2) if z is x else self.base(self.cloud, z)  # [..., N, m]
         return self.base(x, z) - kx @ self.g @ kz
+
+    def expansion(self, items: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """A function ``x -> self(x, items) @ alpha`` written over the base kernel: ``(points, weights)``
+        with ``self(x, items) @ alpha == base(x, points) @ weights`` for every ``x``.
+
+        ``items [n, d]``, ``alpha [n]``. The points are the items and the cloud; when the items are the
+        cloud itself (the same tensor) they merge: ``weights = alpha - G k(cloud, cloud) alpha``. A
+        scorer of the base kernel (exportable) therefore serves the deformed posterior mean.
+        """
+        correction = -(self.g @ (self.base(self.cloud, items) @ alpha))  # the cloud's weights [N]
+        if items is self.cloud:
+            return items, alpha + correction
+        return torch.cat([items, self.cloud]), torch.cat([alpha, correction])

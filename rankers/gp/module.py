@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.normalization import FeatureNormalizer
-from rankers.gp.kernels import SemiSupervisedKernel, rbf
+from rankers.gp.kernels import SemiSupervisedKernel, gaussian_kernel
 from rankers.gp.preference import check_pairs, fit, fit_hyperparameters, scatter_pairs
 from rankers.learner import FitLog, Learner, Normalized, QuerySplit
 
@@ -34,22 +34,18 @@ logger = logging.getLogger(__name__)
 class GPScorer(nn.Module):
     """Posterior mean utility ``f(x) = sum_i alpha_i k(x, x_i)``: ``[..., L, F]`` -> ``[..., L]``.
 
-    ``k`` is the ARD Gaussian kernel ``kappa0 exp(-1/2 sum_l kappa_l (x_l - x_il)^2)`` (an isotropic
-    ``kappa`` is stored as ``d`` equal values). Plain tensor ops: it scripts and exports to ONNX.
+    ``kernel`` is any kernel module of ``rankers.gp.kernels`` (the module's: ``gaussian_kernel(kappa0,
+    kappa)``, the ARD Gaussian of eq. 2). Plain tensor ops: it scripts and exports to ONNX.
     """
 
-    def __init__(self, items: Tensor, alpha: Tensor, kappa: Tensor, kappa0: float) -> None:
+    def __init__(self, items: Tensor, alpha: Tensor, kernel: nn.Module) -> None:
         super().__init__()
         self.register_buffer("items", items.float())
         self.register_buffer("alpha", alpha.float())
-        self.register_buffer("scale", kappa.float().sqrt())
-        self.register_buffer("kappa0", torch.tensor(float(kappa0)))
+        self.kernel = kernel.float()
 
     def forward(self, features: Tensor) -> Tensor:
-        x = features * self.scale
-        z = self.items * self.scale
-        d2 = (x * x).sum(-1, keepdim=True) + (z * z).sum(-1)[None, :] - 2.0 * x @ z.transpose(0, 1)
-        return (self.kappa0 * torch.exp(-0.5 * d2.clamp_min(0.0))) @ self.alpha
+        return self.kernel(features, self.items) @ self.alpha
 
 
 def within_query_pairs(labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -126,15 +122,17 @@ class GPPreferenceModule(Learner):
     def scorer(self) -> nn.Module:
         """The posterior mean of raw features (the normalizer inside): ``[..., L, F]`` -> ``[..., L]``."""
         n = int(self.n_items)
-        gp = GPScorer(self.items[:n].cpu(), self.alpha[:n].cpu(), self.kappa.cpu(), self.hparams.kappa0)
-        return Normalized(self.normalizer, gp)
+        return Normalized(self.normalizer, GPScorer(self.items[:n].cpu(), self.alpha[:n].cpu(), self.kernel().cpu()))
+
+    def kernel(self) -> nn.Module:
+        """The fitted covariance: ``gaussian_kernel(kappa0, kappa)`` (ARD, ``kappa [F]``)."""
+        return gaussian_kernel(self.hparams.kappa0, self.kappa.detach().clone())
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Raw features ``[B, L, F]`` -> posterior mean utilities ``[B, L]``."""
         x = self.normalizer(features, mask)
         n = int(self.n_items)
-        k = rbf(x, self.items[:n].to(x.dtype), self.hparams.kappa0, self.kappa.to(x.dtype), ard=True)
-        return k @ self.alpha[:n].to(x.dtype)
+        return self.kernel()(x, self.items[:n].to(x.dtype)) @ self.alpha[:n].to(x.dtype)
 
     # -- the fit --------------------------------------------------------------------------------------
     def _queries(self, split: QuerySplit) -> list[tuple[Tensor, Tensor]]:
@@ -229,23 +227,16 @@ class GPPreferenceModule(Learner):
             )
             kappa, sigma = found["kappa"], found["sigma"]
         kappa_vec = kappa.expand(x.shape[1]) if kappa.dim() == 0 else kappa
-        kappa0 = self.hparams.kappa0
-
-        def base(a: Tensor, b: Tensor) -> Tensor:
-            return rbf(a, b, kappa0, kappa_vec, ard=True)
-
-        gram = base(x, x)
-        prior, deform = gram, None
+        kernel = gaussian_kernel(self.hparams.kappa0, kappa_vec).double()
         if self.hparams.graph_neighbours is not None:
             # eq. (5) over the used queries' documents: k~(a, b) = k(a, b) - k(a, X) G k(X, b)
-            kernel = SemiSupervisedKernel(base, x, neighbours=min(self.hparams.graph_neighbours, len(x) - 1))
-            deform, prior = kernel.g, kernel(x, x)
-            prior = 0.5 * (prior + prior.T)
-        state = fit(prior, v, u, sigma)
-        alpha = scatter_pairs(state.a[0], v, u, len(x))
-        if deform is not None:
-            # f(x) = k~(x, X) alpha = k(x, X) (alpha - G K alpha): the same scorer with other weights
-            alpha = alpha - deform @ (gram @ alpha)
+            kernel = SemiSupervisedKernel(kernel, x, neighbours=min(self.hparams.graph_neighbours, len(x) - 1))
+        prior = kernel(x, x)
+        state = fit(0.5 * (prior + prior.T), v, u, sigma)
+        alpha = scatter_pairs(state.alpha[0], v, u, len(x))
+        if isinstance(kernel, SemiSupervisedKernel):
+            # f(x) = k~(x, X) alpha, written over the base kernel: the same exportable scorer, other weights
+            x, alpha = kernel.expansion(x, alpha)
         n = len(x)
         self.items[:n] = x.to(self.items.dtype)
         self.alpha[:n] = alpha.to(self.alpha.dtype)

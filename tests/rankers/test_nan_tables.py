@@ -8,7 +8,7 @@ import math
 import torch
 
 from datamodules.collaborative_ratings import build_collaborative_ratings
-from rankers.gp.collaborative import errors, table
+from experiments.yu2005 import errors, tables
 
 
 def _one_rating_each(path, users=400, items=60):
@@ -31,7 +31,7 @@ def test_yu2005_cells_without_a_rated_test_item_are_absent_with_the_reason(tmp_p
     data = build_collaborative_ratings(
         _one_rating_each(tmp_path / "r.inter"), n_tasks=1, min_item_ratings=1, min_user_ratings=1, min_items=1
     )
-    results = table(data=data, train_sizes=(10, 50), models=("GPR", "GPOR"), trials=2, out_dir=tmp_path / "out")
+    results = tables(data, train_sizes=(10, 50), models=("GPR", "GPOR"), trials=2, out_dir=tmp_path / "out")
     on_disk = json.loads((tmp_path / "out" / "results.json").read_text())  # strict JSON
     text = (tmp_path / "out" / "table.md").read_text()
     assert _no_nan(results) and _no_nan(on_disk) and "nan" not in text.lower()

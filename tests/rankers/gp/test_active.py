@@ -51,10 +51,10 @@ def test_entropy_all_is_the_dense_loop():
     cand_v, cand_u = torch.tensor([[6, 0, 7]]), torch.tensor([[8, 6, 2]])
     gains = active.expected_entropy_gain_all(state, prior, v, u, cand_v, cand_u, sigma)[0]
     # dense: A = (K^-1 + W_f)^-1, then each outcome's ADF rank-one update and every item's variance
-    f = prior @ scatter_pairs(state.a, v, u, 9)[0]
+    f = prior @ scatter_pairs(state.alpha, v, u, 9)[0]
     d = torch.zeros(3, 9, dtype=F64)
     d[torch.arange(3), v[0]], d[torch.arange(3), u[0]] = 1.0, -1.0
-    a = torch.linalg.inv(torch.linalg.inv(prior) + d.T @ torch.diag(state.w[0]) @ d).numpy()
+    a = torch.linalg.inv(torch.linalg.inv(prior) + d.T @ torch.diag(state.tau[0]) @ d).numpy()
     f = f.numpy()
     for k, (i, j) in enumerate(zip(cand_v[0].tolist(), cand_u[0].tolist())):
         e = np.zeros(9)

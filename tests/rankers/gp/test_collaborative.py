@@ -1,5 +1,6 @@
 """Collaborative EM (CGPR/CGPOR) against the dense formulas of the paper, the section-4 ratings
-features against a slow loop, bad input, and the experiment end to end on a small synthetic file."""
+features against a slow loop, bad input, and the experiment (experiments.yu2005) end to end on a small
+synthetic file."""
 
 from __future__ import annotations
 
@@ -11,18 +12,10 @@ import torch
 
 from datamodules.collaborative_ratings import build_collaborative_ratings
 from datamodules.errors import DataError
-from rankers.gp.collaborative import (
-    MODELS,
-    ModelOptions,
-    PriorState,
-    Split,
-    errors,
-    fit_predict,
-    gather_kernel,
-    observed,
-    table,
-)
-from rankers.gp.ordinal import gaussian_sites, site_posterior
+from experiments.yu2005 import errors, tables
+from rankers.gp.collaborative import MODELS, ModelOptions, PriorState, Split, fit_predict, gather_kernel, observed
+from rankers.gp.inference import site_posterior
+from rankers.gp.likelihoods import gaussian_sites
 
 D = torch.float64
 
@@ -133,7 +126,7 @@ def test_task_without_ratings_gives_finite_predictions(tmp_path, model):
 def test_experiment_end_to_end(tmp_path):
     data = build_collaborative_ratings(_synthetic_ratings(tmp_path / "r.tsv"), n_tasks=20, min_item_ratings=1,
                                        min_user_ratings=1, min_items=1)  # fmt: skip
-    results = table(data=data, train_sizes=(20, 40), trials=2, em_iters=2, out_dir=tmp_path)
+    results = tables(data, train_sizes=(20, 40), trials=2, em_iters=2, out_dir=tmp_path)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "yu2005_cor.png").stat().st_size > 1000
     assert set(saved["table"]) == set(MODELS)

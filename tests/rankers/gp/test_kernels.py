@@ -1,14 +1,23 @@
-"""rankers.gp.kernels against scikit-learn (RBF, k-NN graph) and dense inverses (the deformed prior)."""
+"""rankers.gp.kernels against scikit-learn (RBF and its sums/products, k-NN graph) and dense inverses
+(the deformed prior)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from sklearn.gaussian_process.kernels import RBF
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.neighbors import kneighbors_graph
 
-from rankers.gp import NotPositiveDefiniteError, SemiSupervisedKernel, cholesky_jitter, knn_laplacian, rbf
+from rankers.gp import RBF as Gaussian
+from rankers.gp import (
+    NotPositiveDefiniteError,
+    SemiSupervisedKernel,
+    cholesky_jitter,
+    gaussian_kernel,
+    knn_laplacian,
+    rbf,
+)
 
 F64 = torch.float64
 
@@ -71,3 +80,37 @@ def test_the_jitter_ladder_per_batch_element():
         cholesky_jitter(torch.tensor([[1.0, 3.0], [3.0, 1.0]]))
     with pytest.raises(NotPositiveDefiniteError, match="NaN"):
         cholesky_jitter(torch.tensor([[1.0, float("nan")], [0.0, 1.0]]))
+
+
+def test_composed_kernels_are_sklearns_sums_and_products_and_export():
+    g = torch.Generator().manual_seed(3)
+    x, z = torch.randn(6, 3, generator=g, dtype=F64), torch.randn(4, 3, generator=g, dtype=F64)
+    ours = Gaussian(2.0) * Gaussian(torch.tensor([0.5, 1.0, 3.0], dtype=F64)) + 0.3 * Gaussian(0.25)
+    ard = RBF(length_scale=1 / np.sqrt([0.5, 1.0, 3.0]))
+    reference = RBF(1 / np.sqrt(2.0)) * ard + ConstantKernel(0.3) * RBF(1 / np.sqrt(0.25))
+    np.testing.assert_allclose(ours(x, z).numpy(), reference(x.numpy(), z.numpy()), rtol=1e-12)
+    np.testing.assert_allclose(gaussian_kernel(0.7, 2.0)(x, z).numpy(), rbf(x, z, 0.7, 2.0).numpy(), rtol=1e-12)
+    # float32 modules script and export to ONNX (the scorers hold one)
+    module = ours.float()
+    scripted = torch.jit.script(module)
+    torch.testing.assert_close(scripted(x.float(), z.float()), module(x.float(), z.float()))
+    onnx = pytest.importorskip("onnxruntime")
+    import io
+
+    buffer = io.BytesIO()
+    torch.onnx.export(module, (x.float(), z.float()), buffer, input_names=["x", "z"], dynamo=False)
+    session = onnx.InferenceSession(buffer.getvalue())
+    (got,) = session.run(None, {"x": x.float().numpy(), "z": z.float().numpy()})
+    np.testing.assert_allclose(got, module(x.float(), z.float()).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_the_deformed_posterior_mean_written_over_the_base_kernel(same):
+    g = torch.Generator().manual_seed(4)
+    cloud = torch.randn(20, 2, generator=g, dtype=F64)
+    kernel = SemiSupervisedKernel(gaussian_kernel(0.5, 2.0), cloud, neighbours=3)
+    items = cloud if same else torch.randn(7, 2, generator=g, dtype=F64)
+    alpha = torch.randn(len(items), generator=g, dtype=F64)
+    points, weights = kernel.expansion(items, alpha)
+    new = torch.randn(9, 2, generator=g, dtype=F64)
+    torch.testing.assert_close(kernel.base(new, points) @ weights, kernel(new, items) @ alpha)

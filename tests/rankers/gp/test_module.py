@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 
 from datamodules.letor_io import read_letor
 from rankers import pipeline
-from rankers.gp import SemiSupervisedKernel, fit, posterior_latent, rbf
+from rankers.gp import SemiSupervisedKernel, fit, gaussian_kernel, posterior_latent, rbf
 from rankers.gp.module import GPPreferenceModule, GPScorer, within_query_pairs
 from rankers.score import score_file
 
@@ -68,7 +68,7 @@ def test_the_scorer_is_the_kernel_expansion():
     g = torch.Generator().manual_seed(0)
     items, alpha = torch.randn(7, 3, generator=g), torch.randn(7, generator=g)
     kappa = torch.tensor([0.5, 1.0, 2.0])
-    scorer = GPScorer(items, alpha, kappa, 0.5)
+    scorer = GPScorer(items, alpha, gaussian_kernel(0.5, kappa))
     x = torch.randn(1, 4, 3, generator=g)
     expected = torch.zeros(4)
     for row in range(4):

@@ -1,4 +1,4 @@
-"""The ordinal likelihood, its EP and Laplace approximations and the Gaussian posterior, each
+"""The ordinal likelihood, the family's EP and Laplace on it and the Gaussian posterior, each
 against an independent reference: quadrature, finite differences, scipy's optimizer, scikit-learn
 and GPyTorch's exact GP regression."""
 
@@ -11,21 +11,36 @@ from scipy import integrate, optimize
 from scipy.stats import norm
 
 from datamodules.errors import DataError
+from rankers.gp.inference import ep, laplace, site_posterior
+from rankers.gp.likelihoods import OrdinalLikelihood, gaussian_sites
 from rankers.gp.ordinal import (
     IndefiniteKernelError,
     check_kernel,
-    ep_ordinal,
     expected_log_likelihood,
     fit_thresholds,
-    gaussian_sites,
-    laplace_ordinal,
-    ordinal_log_likelihood,
-    ordinal_moments,
     predict_ordinal,
-    site_posterior,
 )
 
 D = torch.float64
+
+
+def ordinal_moments(mean, var, labels, pins, sigma):
+    return OrdinalLikelihood(labels, pins, sigma).tilted_moments(mean, var)
+
+
+def ordinal_log_likelihood(f, labels, pins, sigma):
+    return OrdinalLikelihood(labels, pins, sigma).log_prob(f)
+
+
+def ep_ordinal(kernel, prior_mean, labels, valid, pins, sigma, *, schedule="parallel", **options):
+    """The yu2005 models' E-step: parallel, damped EP."""
+    damping = 0.7 if schedule == "parallel" else 1.0
+    likelihood = OrdinalLikelihood(labels, pins, sigma)
+    return ep(kernel, likelihood, valid, prior_mean, schedule=schedule, damping=damping, **options)
+
+
+def laplace_ordinal(kernel, prior_mean, labels, valid, pins, sigma, **options):
+    return laplace(kernel, OrdinalLikelihood(labels, pins, sigma), valid, prior_mean, **options)
 
 
 def _pins(*values):
@@ -123,21 +138,23 @@ def test_laplace_mode_matches_scipy():
             return -(np.log(lik).sum() - 0.5 * (f - h) @ k_inv @ (f - h))
 
         mode = optimize.minimize(negative, h, method="BFGS", options={"gtol": 1e-10}).x
-        np.testing.assert_allclose(fit.posterior.mean[t, :p].numpy(), mode, atol=1e-5)
+        np.testing.assert_allclose(fit.mean[t, :p].numpy(), mode, atol=1e-5)
         # the Laplace covariance is (K^-1 + W)^-1 with W the negative Hessian of the log-likelihood
         _, _, g2 = ordinal_moments(torch.tensor(mode)[None], torch.zeros(1, p, dtype=D), labels[t : t + 1, :p],
                                    pins[t : t + 1], sigma[t : t + 1])  # fmt: skip
         covariance = np.linalg.inv(k_inv + np.diag(-g2[0].numpy()))
-        np.testing.assert_allclose(fit.posterior.var[t, :p].numpy(), np.diag(covariance), rtol=1e-6)
+        np.testing.assert_allclose(fit.var[t, :p].numpy(), np.diag(covariance), rtol=1e-6)
 
 
-def test_ep_matches_numerical_integration_on_two_items():
+@pytest.mark.parametrize("schedule", ["parallel", "sequential"])
+def test_ep_matches_numerical_integration_on_two_items(schedule):
     """EP's posterior mean and variance against the exact posterior on a 2-D grid (EP is not exact
-    for two coupled sites, but close: within a few hundredths)."""
+    for two coupled sites, but close: within a few hundredths), under either schedule."""
     kernel = torch.tensor([[[1.0, 0.6], [0.6, 1.0]]], dtype=D)
     labels, pins, sigma = torch.tensor([[0, 2]]), _pins(-0.3, 0.4), torch.tensor([0.5], dtype=D)
     valid = torch.ones(1, 2, dtype=torch.bool)
-    fit = ep_ordinal(kernel, torch.zeros(1, 2, dtype=D), labels, valid, pins, sigma, tol=1e-9, max_iter=200)
+    fit = ep_ordinal(kernel, torch.zeros(1, 2, dtype=D), labels, valid, pins, sigma, schedule=schedule, tol=1e-9,
+                     max_sweeps=200)  # fmt: skip
     assert fit.converged
     grid = np.linspace(-6, 6, 801)
     f1, f2 = np.meshgrid(grid, grid, indexing="ij")
@@ -147,21 +164,22 @@ def test_ep_matches_numerical_integration_on_two_items():
     density /= density.sum()
     exact_mean = np.array([(density * f1).sum(), (density * f2).sum()])
     exact_var = np.array([(density * f1**2).sum(), (density * f2**2).sum()]) - exact_mean**2
-    np.testing.assert_allclose(fit.posterior.mean[0].numpy(), exact_mean, atol=0.02)
-    np.testing.assert_allclose(fit.posterior.var[0].numpy(), exact_var, atol=0.02)
+    np.testing.assert_allclose(fit.mean[0].numpy(), exact_mean, atol=0.02)
+    np.testing.assert_allclose(fit.var[0].numpy(), exact_var, atol=0.02)
 
 
-def test_ep_one_site_is_exact():
+@pytest.mark.parametrize("schedule", ["parallel", "sequential"])
+def test_ep_one_site_is_exact(schedule):
     kernel = torch.ones(1, 1, 1, dtype=D) * 1.7
     labels, pins, sigma = torch.tensor([[1]]), _pins(0.5, 1.5), torch.tensor([0.4], dtype=D)
     fit = ep_ordinal(kernel, torch.zeros(1, 1, dtype=D), labels, torch.ones(1, 1, dtype=torch.bool), pins, sigma,
-                     tol=1e-10, max_iter=200)  # fmt: skip
+                     schedule=schedule, tol=1e-10, max_sweeps=200)  # fmt: skip
     weight = lambda f: _likelihood(f, 1, pins[0].numpy(), 0.4) * norm.pdf(f, 0, np.sqrt(1.7))  # noqa: E731
     z = integrate.quad(weight, -10, 10)[0]
     mean = integrate.quad(lambda f: f * weight(f), -10, 10)[0] / z
     var = integrate.quad(lambda f: f * f * weight(f), -10, 10)[0] / z - mean**2
-    assert fit.posterior.mean.item() == pytest.approx(mean, rel=1e-6)
-    assert fit.posterior.var.item() == pytest.approx(var, rel=1e-6)
+    assert fit.mean.item() == pytest.approx(mean, rel=1e-6)
+    assert fit.var.item() == pytest.approx(var, rel=1e-6)
 
 
 def _rbf_problem():
@@ -225,17 +243,17 @@ def test_task_without_labels_keeps_its_prior():
     valid[0] = False
     for fit in (ep_ordinal(kernel, prior_mean, labels, valid, pins, sigma),
                 laplace_ordinal(kernel, prior_mean, labels, valid, pins, sigma)):  # fmt: skip
-        torch.testing.assert_close(fit.posterior.mean[0], prior_mean[0])
-        torch.testing.assert_close(fit.posterior.var[0], kernel[0].diagonal())
-        assert torch.isfinite(fit.posterior.mean).all() and torch.isfinite(fit.posterior.var).all()
-    new_pins, new_sigma = fit_thresholds(fit.posterior.mean, fit.posterior.var, labels, valid, pins, sigma)
+        torch.testing.assert_close(fit.mean[0], prior_mean[0])
+        torch.testing.assert_close(fit.var[0], kernel[0].diagonal())
+        assert torch.isfinite(fit.mean).all() and torch.isfinite(fit.var).all()
+    new_pins, new_sigma = fit_thresholds(fit.mean, fit.var, labels, valid, pins, sigma)
     torch.testing.assert_close(new_pins[0], pins[0])  # nothing to learn from: unchanged
     assert torch.isfinite(new_pins).all() and torch.isfinite(new_sigma).all()
 
 
 def test_threshold_step_raises_the_expected_log_likelihood_and_keeps_order():
     kernel, prior_mean, labels, valid, pins, sigma = _problem(seed=5)
-    post = ep_ordinal(kernel, prior_mean, labels, valid, pins, sigma).posterior
+    post = ep_ordinal(kernel, prior_mean, labels, valid, pins, sigma)
     before = expected_log_likelihood(post.mean, post.var, labels, valid, pins, sigma)
     new_pins, new_sigma = fit_thresholds(post.mean, post.var, labels, valid, pins, sigma)
     after = expected_log_likelihood(post.mean, post.var, labels, valid, new_pins, new_sigma)
@@ -268,4 +286,4 @@ def test_float32_low_rank_kernel_gets_jitter_and_no_nan():
     labels = torch.randint(0, 3, (1, 30), generator=g)
     fit = ep_ordinal(kernel[None], torch.zeros(1, 30, dtype=D), labels, torch.ones(1, 30, dtype=torch.bool),
                      _pins(-0.5, 0.5), torch.ones(1, dtype=D))  # fmt: skip
-    assert torch.isfinite(fit.posterior.mean).all() and torch.isfinite(fit.posterior.var).all()
+    assert torch.isfinite(fit.mean).all() and torch.isfinite(fit.var).all()

@@ -72,7 +72,7 @@ def _dense_laplace(prior, v, u, sigma, f):
 def test_the_mode_is_scipys():
     _, prior, v, u = _problem()
     state = fit(prior, v, u, 0.3)
-    f = (prior @ scatter_pairs(state.a, v[None], u[None], 6)[0]).numpy()
+    f = (prior @ scatter_pairs(state.alpha, v[None], u[None], 6)[0]).numpy()
     f_ref, psi_ref = _scipy_mode(prior, v, u, 0.3)
     np.testing.assert_allclose(f, f_ref, atol=1e-6)
     assert float(state.psi[0]) == pytest.approx(psi_ref, abs=1e-8)
@@ -96,8 +96,8 @@ def test_tasks_in_one_batch_equal_each_alone():
     )
     for t, (k, sigma) in enumerate(((6, 0.3), (4, 0.5), (2, 1.0))):
         alone = fit(priors[t], vs[t][:k], us[t][:k], sigma)
-        f_batch = priors[t] @ scatter_pairs(batch.a[t], vs[t], us[t], 6)
-        f_alone = priors[t] @ scatter_pairs(alone.a[0], vs[t][:k], us[t][:k], 6)
+        f_batch = priors[t] @ scatter_pairs(batch.alpha[t], vs[t], us[t], 6)
+        f_alone = priors[t] @ scatter_pairs(alone.alpha[0], vs[t][:k], us[t][:k], 6)
         torch.testing.assert_close(f_batch, f_alone, atol=1e-8, rtol=0)
         assert float(batch.log_evidence[t]) == pytest.approx(float(alone.log_evidence[0]), abs=1e-8)
         f_ref, _ = _scipy_mode(priors[t], vs[t][:k], us[t][:k], sigma)
@@ -107,7 +107,7 @@ def test_tasks_in_one_batch_equal_each_alone():
 def test_posterior_covariance_and_evidence_match_the_dense_formulas():
     x, prior, v, u = _problem()
     state = fit(prior, v, u, 0.3)
-    f = (prior @ scatter_pairs(state.a, v[None], u[None], 6)[0]).numpy()
+    f = (prior @ scatter_pairs(state.alpha, v[None], u[None], 6)[0]).numpy()
     a_dense, evidence = _dense_laplace(prior, v, u, 0.3, f)
     new = torch.randn(4, 2, generator=torch.Generator().manual_seed(5), dtype=F64)
     points = torch.cat([x, new])
@@ -128,7 +128,7 @@ def test_the_predictive_probability_by_integration_and_sampling():
     _, prior, v, u = _problem()
     sigma = 0.3
     state = fit(prior, v, u, sigma)
-    f = (prior @ scatter_pairs(state.a, v[None], u[None], 6)[0]).numpy()
+    f = (prior @ scatter_pairs(state.alpha, v[None], u[None], 6)[0]).numpy()
     a_dense, _ = _dense_laplace(prior, v, u, sigma, f)
     cand_v, cand_u = torch.tensor([[0, 5, 2]]), torch.tensor([[5, 0, 4]])
     mu, s2, p = predict_pairs(state, prior, v[None], u[None], cand_v, cand_u, sigma)
@@ -174,14 +174,14 @@ def test_contradicting_pairs_are_counted_allowed_or_refused():
     with pytest.raises(InconsistentPairsError, match="a > b and b > a"):
         check_pairs(v, u, 6, conflicts="error")
     state = fit(prior, v, u, 0.3)  # allowed: two noisy observations that cancel
-    f = prior @ scatter_pairs(state.a, v[None], u[None], 6)[0]
+    f = prior @ scatter_pairs(state.alpha, v[None], u[None], 6)[0]
     assert torch.isfinite(f).all() and torch.isfinite(state.log_evidence).all()
     # log Phi(z) + log Phi(-z) is maximal at z = 0: the two pull f(0) and f(1) together
     alone = fit(prior, v[2:], u[2:], 0.3)
-    f_alone = prior @ scatter_pairs(alone.a, v[None, 2:], u[None, 2:], 6)[0]
+    f_alone = prior @ scatter_pairs(alone.alpha, v[None, 2:], u[None, 2:], 6)[0]
     assert abs(float(f[0] - f[1])) < abs(float(f_alone[0] - f_alone[1]))
     only = fit(prior, v[:2], u[:2], 0.3)  # nothing but the contradiction: the prior's mode, f = 0
-    assert float(scatter_pairs(only.a, v[None, :2], u[None, :2], 6).abs().max()) < 1e-12
+    assert float(scatter_pairs(only.alpha, v[None, :2], u[None, :2], 6).abs().max()) < 1e-12
     with pytest.raises(ValueError, match="itself"):
         fit(prior, torch.tensor([2]), torch.tensor([2]), 0.3)
     with pytest.raises(ValueError, match="outside"):
