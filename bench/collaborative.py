@@ -5,7 +5,7 @@
     python -m bench.collaborative --devices cuda              # (default: cpu, and cuda when present)
     python -m bench.collaborative --rankboost                 # + the RankBoost row's time and rank loss
 
-Ours: ``rankers.perceptron.collaborative`` runs every row (WH at four rates, PRank/PRank-VP, OAP at each tau
+Ours: ``experiments.harrington2003_cf`` runs every row (WH at four rates, PRank/PRank-VP, OAP at each tau
 with N perceptrons) over all R trials at once. Reference: the same rows run for one trial at a
 time (R = 1 per call, the loop a first implementation writes), timed on ``--reference-trials``
 trials and scaled to R (every trial is the same work). Both on the same trials, in the same run;
@@ -27,8 +27,8 @@ from bench.timing import machine, sync
 from datamodules.ratings import HarringtonRatings, RatingTrials
 from datamodules.ratings_io import write_ratings
 from datamodules.synthetic_ratings import movielens_like
-from rankers.boosting.rankboost_cf import ROUNDS, rankboost_row
-from rankers.perceptron.collaborative import oap_rows, prank_rows, widrow_hoff_rows
+from experiments.harrington2003_cf import oap_rows, prank_rows, widrow_hoff_rows
+from experiments.harrington2003_cf_rankboost import ROUNDS, rankboost_row
 
 ETAS = (0.2, 0.05, 0.01, 0.001)
 

@@ -36,7 +36,7 @@ independent, reproducible, and the same whatever the number of trials.
 
 Under ``train.py`` (one trial, ``data.trial``) these are ordinary stream datamodules serving
 ``StreamBatch`` ``{features [B, d], labels [B]}`` in stream order, e.g. for RankBoost;
-``rankers.perceptron.collaborative.table2`` takes all trials at once through :meth:`RatingsProtocol.trials`.
+``experiments.harrington2003_cf.table2`` takes all trials at once through :meth:`RatingsProtocol.trials`.
 """
 
 from __future__ import annotations

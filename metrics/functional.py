@@ -228,13 +228,16 @@ def kpartite_error(
     return _with_empty(_safe_div(total, n_pairs), n_pairs > 0, empty)
 
 
-def rank_loss(pred: Tensor, labels: Tensor, mask: Tensor | None = None) -> Tensor:
+def rank_loss(
+    pred: Tensor, labels: Tensor, mask: Tensor | None = None, *, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """Mean absolute rank error ``mean |pred - label|`` per list (Crammer & Singer; Harrington).
 
-    Args: pred (predicted ordinal ranks), labels, mask ``[B, L]``. Returns ``[B]``; 0 for an
-    empty list.
+    Args: pred (predicted ordinal ranks, or a real-valued mean rank such as a voting ensemble's),
+    labels, mask ``[B, L]``; dtype: the compute dtype (float64 for a mean over long lists of
+    unrounded ranks). Returns ``[B]`` in ``dtype``; 0 for an empty list.
     """
-    pred, labels, mask = _prepare(pred, labels, mask)
-    count = mask.sum(-1).float()
+    pred, labels, mask = prepare(pred, labels, mask, dtype=dtype)
+    count = mask.sum(-1).to(dtype)  # in dtype: float64's tiny would round to 0 in a float32 count
     error = ((pred - labels).abs() * mask).sum(-1)
     return _safe_div(error, count)

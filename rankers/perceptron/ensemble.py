@@ -334,6 +334,12 @@ class PRankEnsemble(nn.Module):
         # the counters are summed once per chunk rather than with three more ops per step
         self._count(presented, torch.stack(step_mistakes), correct=combine != "vp")
 
+    def stream_path(self) -> str:
+        """The loop ``partial_fit`` takes here (no online read-out): ``"prank_cpu kernel"``,
+        ``"prank_triton kernel"`` or ``"tensor path"``, for a timing to say what it measured."""
+        kernel = self._kernel(None)
+        return "tensor path" if kernel is None else f"{kernel.__module__.replace('kernels.', '')} kernel"
+
     def _kernel(self, combine: Combine | None):
         """The fused kernel for this call (``stream`` of ``kernels.prank_cpu`` or ``prank_triton``), or
         None for the tensor path. Online Bagg and VP predictions follow from every perceptron's own
@@ -614,6 +620,10 @@ class WidrowHoff(nn.Module):
                 predictions[:, :, t] = round_rank(estimate, self.k)
             self.weights.addcmul_((self.eta * (targets[:, t, None] - estimate)).unsqueeze(-1), x)
         return predictions
+
+    def stream_path(self) -> str:
+        """The loop ``partial_fit`` takes here: ``"prank_cpu kernel"`` or ``"tensor path"``."""
+        return "prank_cpu kernel" if self._fused() else "tensor path"
 
     def _fused(self) -> bool:
         if not self.fused or self.device.type != "cpu":

@@ -49,7 +49,7 @@ class OnlineOrdinalModule(Learner):
 
     Device: the CPU always. One run streams example by example; the C++ loop there beat the H200's
     tensor path 12x on Table 1 (1.6 s against 19.3 s, docs/benchmarks.md); batching many runs is the
-    experiments' business (``rankers.perceptron.harrington``), not one trained model's.
+    experiments' business (``experiments.harrington2003``), not one trained model's.
     """
 
     streaming = True

@@ -148,6 +148,17 @@ def test_rank_loss_is_mean_absolute_error():
     assert F.rank_loss(pred, labels, torch.zeros_like(mask)).item() == 0.0
 
 
+def test_rank_loss_in_float64_keeps_a_mean_ranks_digits():
+    """An unrounded mean rank (a voting ensemble's) summed in float64: the loop's value to 1e-15."""
+    pred = torch.tensor([[0.1, 2.0 / 3.0, 3.3]], dtype=torch.float64)
+    labels = torch.tensor([[0, 1, 3]])
+    loss = F.rank_loss(pred, labels, dtype=torch.float64)
+    assert loss.dtype == torch.float64
+    assert loss.item() == pytest.approx((0.1 + 1.0 / 3.0 + 0.3) / 3, rel=1e-15)
+    empty = F.rank_loss(pred, labels, torch.zeros_like(labels, dtype=torch.bool), dtype=torch.float64)
+    assert empty.item() == 0.0  # not 0/0
+
+
 def test_empty_convention_and_no_nan():
     scores = torch.randn(3, 5)
     labels = torch.zeros(3, 5)

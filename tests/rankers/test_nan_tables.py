@@ -53,17 +53,21 @@ def test_errors_of_no_rated_item_are_none_not_nan():
 
 def test_one_trial_gives_no_interval_rather_than_nan(tmp_path):
     from datamodules.ratings import CrammerSingerRatings, HarringtonRatings
-    from rankers.perceptron.collaborative import online_table, table2
-    from rankers.perceptron.harrington import NO_INTERVAL, student_t_interval
-    from tests.rankers.perceptron.test_collaborative import _ratings_file
+    from experiments.crammer_singer2001_cf import OnlineOptions, online_table
+    from experiments.harrington2003_cf import Table2Options, table2
+    from experiments.tables import NO_INTERVAL
+    from metrics.intervals import student_t_interval
+    from tests.ratings_files import ratings_file
 
     assert student_t_interval(torch.tensor([0.5])) == (0.5, None)
-    path = _ratings_file(tmp_path, seed=0)
+    path = ratings_file(tmp_path, seed=0)
     table2(
-        datamodule=HarringtonRatings(path, trials=1), n_perceptrons=4, taus=(0.3,), etas=(0.05,), out_dir=tmp_path / "h"
+        HarringtonRatings(path, trials=1),
+        Table2Options(n_perceptrons=4, taus=(0.3,), etas=(0.05,)),
+        out_dir=tmp_path / "h",
     )
     online = CrammerSingerRatings(path, min_ratings=160, n_rounds=50, n_test=5, trials=1)
-    online_table(datamodule=online, etas=(0.1,), out_dir=tmp_path / "c")
+    online_table(online, OnlineOptions(etas=(0.1,)), out_dir=tmp_path / "c")
     for out, name in ((tmp_path / "h", "table2.md"), (tmp_path / "c", "online.md")):
         written = json.loads((out / "results.json").read_text())
         assert _no_nan(written) and "nan" not in (out / name).read_text().lower()

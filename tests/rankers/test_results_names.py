@@ -7,7 +7,7 @@ import json
 
 from datamodules.synthetic import generate_letor
 from rankers.pipeline import train
-from tests.rankers.perceptron.test_collaborative import _ratings_file
+from tests.ratings_files import ratings_file
 
 METRIC_KEYS = {"ndcg@1", "ndcg@5", "ndcg@10", "map", "mrr"}
 
@@ -39,7 +39,7 @@ def _ratings_run(make_cfg, tmp_path, data: str, *options):
     cfg = make_cfg(
         "model=prank",
         f"data={data}",
-        f"data.path={_ratings_file(tmp_path, seed=6)}",
+        f"data.path={ratings_file(tmp_path, seed=6)}",
         "callbacks.progress_bar.refresh_rate=0",
         "export=false",
         *options,

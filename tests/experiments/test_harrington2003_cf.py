@@ -1,4 +1,5 @@
-"""Harrington's Table 2 protocol: the paper's finding on planted user similarity, the rows, the CLI."""
+"""Harrington's Table 2 (experiments/harrington2003_cf.py): the paper's finding on planted user
+similarity, the rows, the extra-rows hook, the command line."""
 
 from __future__ import annotations
 
@@ -10,19 +11,9 @@ import pytest
 import torch
 
 from datamodules.ratings import HarringtonRatings, RatingTrials
-from datamodules.ratings_io import write_ratings
-from datamodules.synthetic_ratings import movielens_like
-from rankers.perceptron.collaborative import paper_order, table2, widrow_hoff_rows
+from experiments.harrington2003_cf import Table2Options, paper_order, table2, widrow_hoff_rows
 from tests.conftest import ROOT
-
-# a small MovieLens-like file: ~25 users with more than 300 ratings
-SMALL = dict(n_users=300, n_items=1000, n_ratings=45_000)
-
-
-def _ratings_file(tmp_path, **generator) -> str:
-    path = tmp_path / "ratings.tsv"
-    write_ratings(movielens_like(**{**SMALL, **generator}), path)
-    return str(path)
+from tests.ratings_files import ratings_file
 
 
 def _assert_papers_finding(table: dict, taus) -> None:
@@ -38,8 +29,8 @@ def _assert_papers_finding(table: dict, taus) -> None:
 
 
 def test_oap_bpm_beats_prank_and_widrow_hoff_on_planted_similarity(tmp_path):
-    protocol = HarringtonRatings(_ratings_file(tmp_path, seed=0), trials=80)
-    results = table2(datamodule=protocol, n_perceptrons=40, taus=(0.1, 0.3), out_dir=tmp_path / "out")
+    protocol = HarringtonRatings(ratings_file(tmp_path, seed=0), trials=80)
+    results = table2(protocol, Table2Options(n_perceptrons=40, taus=(0.1, 0.3)), out_dir=tmp_path / "out")
     table = results["table"]
     assert list(table) == paper_order((0.1, 0.3), (0.2, 0.05, 0.01, 0.001))
     _assert_papers_finding(table, (0.1, 0.3))
@@ -61,8 +52,8 @@ def test_oap_bpm_beats_prank_and_widrow_hoff_on_planted_similarity(tmp_path):
     ids=["few-groups", "noisy", "half-stars"],
 )
 def test_the_finding_holds_across_data(tmp_path, generator):
-    protocol = HarringtonRatings(_ratings_file(tmp_path, **generator), trials=150)
-    results = table2(datamodule=protocol, n_perceptrons=50, taus=(0.1, 0.2, 0.3))
+    protocol = HarringtonRatings(ratings_file(tmp_path, **generator), trials=150)
+    results = table2(protocol, Table2Options(n_perceptrons=50, taus=(0.1, 0.2, 0.3)))
     _assert_papers_finding(results["table"], (0.1, 0.2, 0.3))
 
 
@@ -91,20 +82,16 @@ def constant_median_row(trials: RatingTrials, *, seed: int, device) -> dict[str,
 
 
 def test_extra_rows_plug_into_the_table(tmp_path):
-    protocol = HarringtonRatings(_ratings_file(tmp_path, seed=4), trials=6)
-    results = table2(
-        datamodule=protocol,
-        n_perceptrons=4,
-        taus=(0.3,),
-        extra_rows=["tests.rankers.perceptron.test_collaborative.constant_median_row"],
-    )
+    protocol = HarringtonRatings(ratings_file(tmp_path, seed=4), trials=6)
+    extra = ["tests.experiments.test_harrington2003_cf.constant_median_row"]
+    results = table2(protocol, Table2Options(n_perceptrons=4, taus=(0.3,), extra_rows=extra))
     assert list(results["table"])[-1] == "median rank"
     assert len(results["table"]["median rank"]["per_trial"]) == 6
 
 
 @pytest.mark.slow
 def test_table2_from_the_command_line(tmp_path):
-    path = _ratings_file(tmp_path, seed=5)
+    path = ratings_file(tmp_path, seed=5)
     done = subprocess.run(
         [
             sys.executable,
@@ -126,37 +113,3 @@ def test_table2_from_the_command_line(tmp_path):
     assert {"WH eta=0.05", "PRank", "OAP-BPM tau=0.3"} <= set(results["table"])
     assert all({"mean", "ci95"} <= set(row) for row in results["table"].values())
     assert results["data"]["qualifying_users"] > 10 and len(results["targets"]) == 5
-
-
-def test_one_trial_trains_under_train_py(make_cfg, tmp_path):
-    from rankers.pipeline import train
-
-    cfg = make_cfg(
-        "model=oap_bpm",
-        "model.n_perceptrons=10",
-        "data=ratings_harrington",
-        f"data.path={_ratings_file(tmp_path, seed=6)}",
-        "data.trial=2",
-        "callbacks.progress_bar.refresh_rate=0",
-        out=tmp_path / "run",
-        tiny=False,
-    )
-    results = train(cfg)
-    assert results["data"]["train"]["examples"] == 210 and results["data"]["test"]["examples"] == 90
-    assert 0 < results["test"]["rank_loss"] < 1.2
-    assert (tmp_path / "run" / "export" / "scorer.pt").exists()
-
-
-def test_crammer_singer_online_run(tmp_path):
-    from datamodules.ratings import CrammerSingerRatings
-    from rankers.perceptron.collaborative import online_table
-
-    protocol = CrammerSingerRatings(
-        _ratings_file(tmp_path, seed=7), min_ratings=160, n_rounds=150, n_test=10, trials=40
-    )
-    results = online_table(datamodule=protocol, etas=(1.0, 0.1), out_dir=tmp_path / "out")
-    assert set(results["table"]) == {"PRank", "WH eta=1", "WH eta=0.1"} and len(results["curves"]["PRank"]) == 150
-    # the time-averaged loss after round 1 is the first prediction's error; PRank ends below WH (their finding)
-    assert results["table"]["PRank"]["mean"] < min(results["table"][f"WH eta={eta}"]["mean"] for eta in ("1", "0.1"))
-    assert len(results["test"]["PRank"]["per_trial"]) == 40
-    assert "| PRank |" in (tmp_path / "out" / "online.md").read_text()

@@ -18,6 +18,7 @@ stand on the same trials", and it is not one of the paper's rows.
 
 Each trial is its own learner, so trials are fitted one after the other; a round is one tensor
 operation over every (user, threshold) candidate of that trial (``rankers.boosting.rankboost``).
+The experiment is Table 2's (``experiments.harrington2003_cf``) with this row in its ``extra_rows``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import torch
 from torch import Tensor
 
 from datamodules.ratings import RatingTrials
+from metrics.functional import rank_loss
 from rankers.boosting.rankboost import fit_rankboost, weak_outputs
-from rankers.perceptron.harrington import rank_losses
 
 # boosting rounds and candidate thresholds per user for the Table 2 row (ratings take few values, so
 # the candidates are mostly every distinct rating)
@@ -72,7 +73,7 @@ def rankboost_row(
 ) -> dict[str, Tensor]:
     """``{"RankBoost": per-trial test rank loss [R]}``
 
-    The ``extra_rows`` hook of ``rankers.perceptron.collaborative``.
+    The ``extra_rows`` hook of ``experiments.harrington2003_cf`` (``experiment=harrington2003_cf_rankboost``).
 
     ``seed`` is unused: RankBoost is deterministic given the trial.
     """
@@ -80,7 +81,7 @@ def rankboost_row(
     train_scores, test_scores = rankboost_scores(trials, device=device, rounds=rounds, thresholds=thresholds)
     train_y = trials.train_y.to(device)
     predicted = grades_by_training_quantiles(train_scores, train_y, test_scores, trials.n_ranks)
-    return {"RankBoost": rank_losses(predicted, trials.test_y.to(device))}
+    return {"RankBoost": rank_loss(predicted, trials.test_y.to(device))}
 
 
 def _ensemble(fitted: dict[str, Tensor], features: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""RankBoost's row of Table 2: the grade mapping against a loop, the row on planted similarity."""
+"""RankBoost's row of Table 2 (experiments/harrington2003_cf_rankboost.py): the grade mapping against a
+loop, the row on planted similarity."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import pytest
 import torch
 
 from datamodules.ratings import HarringtonRatings
+from experiments.harrington2003_cf import Table2Options, table2
+from experiments.harrington2003_cf_rankboost import grades_by_training_quantiles, rankboost_row, rankboost_scores
 from metrics.functional import pairwise_error
-from rankers.boosting.rankboost_cf import grades_by_training_quantiles, rankboost_row, rankboost_scores
-from rankers.perceptron.collaborative import table2
 from rankers.pipeline import compose_config
-from tests.rankers.perceptron.test_collaborative import _ratings_file
+from tests.ratings_files import ratings_file
 
 
 def _grades_loop(train_scores, train_y, test_scores, n_ranks):
@@ -50,7 +51,7 @@ def test_distinct_training_scores_get_back_their_grade_shares():
 
 
 def test_rankboost_learns_the_target_from_other_users_on_planted_similarity(tmp_path):
-    trials = HarringtonRatings(_ratings_file(tmp_path, seed=0), trials=12).trials()
+    trials = HarringtonRatings(ratings_file(tmp_path, seed=0), trials=12).trials()
     cpu = torch.device("cpu")
     _, test_scores = rankboost_scores(trials, device=cpu, rounds=20)
     # the paper's own measure, the fraction of misordered test pairs: far below random's 1/2
@@ -72,8 +73,9 @@ def test_rankboost_learns_the_target_from_other_users_on_planted_similarity(tmp_
 
 def test_the_rankboost_experiment_adds_the_row(tmp_path):
     cfg = compose_config(["experiment=harrington2003_cf_rankboost"], output_dir=tmp_path)
-    assert list(cfg.harrington_cf.extra_rows) == ["rankers.boosting.rankboost_cf.rankboost_row"]
-    protocol = HarringtonRatings(_ratings_file(tmp_path, seed=1), trials=4)
-    results = table2(datamodule=protocol, n_perceptrons=3, taus=(0.3,), extra_rows=cfg.harrington_cf.extra_rows)
+    assert list(cfg.harrington_cf.extra_rows) == ["experiments.harrington2003_cf_rankboost.rankboost_row"]
+    protocol = HarringtonRatings(ratings_file(tmp_path, seed=1), trials=4)
+    options = Table2Options(n_perceptrons=3, taus=(0.3,), extra_rows=list(cfg.harrington_cf.extra_rows))
+    results = table2(protocol, options)
     assert list(results["table"])[-1] == "RankBoost"
     assert len(results["table"]["RankBoost"]["per_trial"]) == 4
