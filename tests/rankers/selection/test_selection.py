@@ -111,6 +111,16 @@ def test_the_budget_drops_the_slowest_candidates_after_their_first_fold(make_cfg
     assert sorted(fold for name, fold in seen if name == "c") == [0, 1, 2]
 
 
+def test_first_folds_in_list_order_then_the_rest_fastest_first(make_cfg, letor_files, monkeypatch, tmp_path):
+    """Every candidate's first fold (the time estimate), then the remaining folds candidate by candidate,
+    the fastest first fold first: a deadline then drops the slowest candidates, not the cheap ones."""
+    cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[a,b,c]")
+    monkeypatch.setattr(selection_run, "compose_candidate", lambda candidate: ({}, {}))
+    seen = fake_fits(monkeypatch, {"a": 1.0, "b": 9.0, "c": 3.0})
+    cross_validate(cfg, read_letor(letor_files["train"]), None, tmp_path, deadline=time.perf_counter() + 600)
+    assert list(seen) == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("a", 2), ("c", 1), ("c", 2), ("b", 1), ("b", 2)]
+
+
 def test_a_first_fold_past_its_share_of_the_budget_is_stopped(make_cfg, letor_files, monkeypatch, tmp_path):
     cfg = auto_cfg(make_cfg, letor_files, "model.candidates=[first,quick,slow]")
     monkeypatch.setattr(selection_run, "compose_candidate", lambda candidate: ({}, {}))
