@@ -158,6 +158,13 @@ class PairwisePerceptronModule(Learner):
         self._unvalidated_announced = False
 
     # -- training -------------------------------------------------------------------------------
+    def device_policy(self, available: torch.device) -> torch.device:
+        """The CPU, always: the committee perceptron's pair stream on one H200 ran 3,395 pairs/s for one
+        run on CUDA's tensor path and 62,059 for 16 runs as one tensor, against 135,402 for one run of
+        the numpy loop on the CPU (``python -m bench.committee_perceptron --device cuda``,
+        docs/benchmarks.md, 2026-11-28): each pair is a data-dependent step, one launch each on a GPU."""
+        return torch.device("cpu")
+
     def partial_fit(self, train: QuerySplit, *, epoch: int, log: FitLog, chunk: int = 256) -> None:
         """Every pair of the training queries, each run in its own seeded order for this pass."""
         batches = []

@@ -34,6 +34,32 @@ VOTED_CHUNK = 1 << 14
 HISTORY_BYTES = 64 << 20
 
 
+# R x N perceptrons from which the Triton stream beats the C++ one (one H200 against its 16 cores,
+# docs/benchmarks.md, 2026-11-28): R = 20 x N = 100 ran 5.9x (d = 6) and 4.5x (d = 300) faster, R = 60 x
+# N = 100 10x; fewer were not measured, so they stay on the CPU
+TRITON_MIN_PERCEPTRONS = 2000
+
+
+def stream_device(available: torch.device, *, n_runs: int, n_perceptrons: int, keep_history: bool) -> torch.device:
+    """Where a PRank / OAP stream runs best when ``available`` is the trainer's device (measured).
+
+    On a GPU machine only a stream of many perceptrons (``n_runs * n_perceptrons >=
+    TRITON_MIN_PERCEPTRONS``) that keeps no voted history goes to CUDA, through the Triton kernel.
+    Single-perceptron streams and ones that keep the history would take CUDA's tensor path, one
+    launch per example: Table 1's PRank / PRank-VP stream (20 runs) took 18.5 s that way on the H200,
+    against about 1 s for the whole table on a 2-core CPU's C++ kernel
+    (``python train.py experiment=harrington2003 harrington.device=cuda``).
+
+    Example:
+        >>> stream_device(torch.device("cuda"), n_runs=60, n_perceptrons=100, keep_history=False).type
+        'cuda'
+        >>> stream_device(torch.device("cuda"), n_runs=20, n_perceptrons=1, keep_history=True).type
+        'cpu'
+    """
+    many = n_runs * n_perceptrons >= TRITON_MIN_PERCEPTRONS
+    return available if available.type == "cuda" and many and not keep_history else torch.device("cpu")
+
+
 def rank_of(scores: Tensor, thresholds: Tensor) -> Tensor:
     """``min {r : score - c(r) < 0}`` (0-based), i.e. the number of leading thresholds <= score.
 
