@@ -82,7 +82,20 @@ def scaled_squared_distances(x: Tensor, z: Tensor, scale: Tensor) -> Tensor:
 
 
 # -- composed kernels (modules: they hold their parameters as buffers, move with .to(), script and export) --
-class RBF(nn.Module):
+class Kernel(nn.Module):
+    """A kernel module ``(x [n, d], z [m, d]) -> [n, m]`` that composes: ``k * c`` (:class:`Scale`),
+    ``k1 * k2`` (:class:`Product`), ``k1 + k2`` (:class:`Sum`)."""
+
+    def __mul__(self, other):
+        return _compose(self, other, Product)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other):
+        return _compose(self, other, Sum)
+
+
+class RBF(Kernel):
     """The unit-amplitude Gaussian kernel ``exp(-1/2 sum_l kappa_l (x_l - z_l)^2)``: ``[n, d], [m, d] -> [n, m]``.
 
     ``kappa`` is one inverse squared length-scale (a float or a 0-d tensor) or one per feature (``[d]``:
@@ -102,16 +115,8 @@ class RBF(nn.Module):
         scale = self.scale.to(dtype=x.dtype, device=x.device)
         return torch.exp(-0.5 * scaled_squared_distances(x, z, scale))
 
-    def __mul__(self, other):
-        return _compose(self, other, Product)
 
-    __rmul__ = __mul__
-
-    def __add__(self, other):
-        return _compose(self, other, Sum)
-
-
-class Scale(nn.Module):
+class Scale(Kernel):
     """``kappa0 * base(x, z)``: an amplitude over any kernel module."""
 
     def __init__(self, base: nn.Module, kappa0: Tensor | float = 1.0) -> None:
@@ -122,12 +127,8 @@ class Scale(nn.Module):
     def forward(self, x: Tensor, z: Tensor) -> Tensor:
         return self.kappa0.to(dtype=x.dtype, device=x.device) * self.base(x, z)
 
-    __mul__ = RBF.__mul__
-    __rmul__ = RBF.__mul__
-    __add__ = RBF.__add__
 
-
-class Sum(nn.Module):
+class Sum(Kernel):
     """``sum_i k_i(x, z)`` of kernel modules."""
 
     def __init__(self, *kernels: nn.Module) -> None:
@@ -140,12 +141,8 @@ class Sum(nn.Module):
             total = total + kernel(x, z)
         return total
 
-    __mul__ = RBF.__mul__
-    __rmul__ = RBF.__mul__
-    __add__ = RBF.__add__
 
-
-class Product(nn.Module):
+class Product(Kernel):
     """``prod_i k_i(x, z)`` of kernel modules (a product of covariances is one: Schur)."""
 
     def __init__(self, *kernels: nn.Module) -> None:
@@ -157,10 +154,6 @@ class Product(nn.Module):
         for kernel in self.kernels:
             total = total * kernel(x, z)
         return total
-
-    __mul__ = RBF.__mul__
-    __rmul__ = RBF.__mul__
-    __add__ = RBF.__add__
 
 
 def _parameter(value: Tensor | float) -> Tensor:
