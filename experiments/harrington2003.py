@@ -126,7 +126,6 @@ def table1(options: Table1Options = Table1Options(), *, out_dir: str | Path | No
 
     # each stream where it runs best (stream_device): PRank's single perceptrons and Widrow-Hoff on the
     # CPU's C++ kernel, OAP's many perceptrons on CUDA's Triton kernel when a GPU is asked for
-    cpu = torch.device("cpu")
     prank_device = stream_device(device, n_runs=trials, n_perceptrons=1, keep_history=True)
     prank = PRankEnsemble(6, 5, n_runs=trials, seed=options.seed, device=prank_device, keep_history=True)
     with timed(seconds, f"PRank and PRank-VP stream ({prank.stream_path()}, {prank_device.type})", prank_device):
@@ -137,11 +136,11 @@ def table1(options: Table1Options = Table1Options(), *, out_dir: str | Path | No
     # as the collaborative-filtering experiment does; rounding it would be a variant of ours
     losses["PRank-VP"] = mean_rank_losses(prank.mean_rank(on_prank, "voted"), test_y.to(prank_device)).to(device)
 
-    # Widrow-Hoff: one weight vector per run, the C++ kernel on the CPU (CUDA's tensor path took 2.7 s on the H200)
-    wh = WidrowHoff(6, 5, eta=etas, n_runs=trials, device=cpu)
-    with timed(seconds, f"Widrow-Hoff stream ({wh.stream_path()}, cpu)", cpu):
-        wh.partial_fit(x.cpu(), y.cpu(), return_predictions=False)
-    wh_test = wh.predict(test_x.cpu()).to(device)  # [R, E, n]
+    wh_device = WidrowHoff.stream_device(device)
+    wh = WidrowHoff(6, 5, eta=etas, n_runs=trials, device=wh_device)
+    with timed(seconds, f"Widrow-Hoff stream ({wh.stream_path()}, {wh_device.type})", wh_device):
+        wh.partial_fit(x.to(wh_device), y.to(wh_device), return_predictions=False)
+    wh_test = wh.predict(test_x.to(wh_device)).to(device)  # [R, E, n]
     for e, eta in enumerate(etas):
         losses[f"Widrow-Hoff (eta={eta})"] = rank_loss(wh_test[:, e], test_y)
     losses.update(_oap_rows(options, x, y, test_x, test_y, seconds))

@@ -606,6 +606,12 @@ class WidrowHoff(nn.Module):
     what CUDA runs); ``"cpu"`` requires the loop.
     """
 
+    @staticmethod
+    def stream_device(available: torch.device) -> torch.device:
+        """The CPU, whatever is ``available``: CUDA has only the tensor path, one launch per example
+        (Table 1's Widrow-Hoff streams took 2.7 s that way on an H200, docs/benchmarks.md)."""
+        return torch.device("cpu")
+
     def __init__(
         self,
         n_features: int,

@@ -99,7 +99,7 @@ class OnlineOrdinalModule(Learner):
         """One run's stream: the CPU's C++ kernel (``stream_device``: on a GPU machine only thousands
         of perceptrons at once beat it, measured on an H200; Widrow-Hoff has no GPU kernel)."""
         if isinstance(self.learner, WidrowHoff):
-            return torch.device("cpu")
+            return WidrowHoff.stream_device(available)
         runs, perceptrons = self.learner.correct.shape  # [R, N]
         return stream_device(available, n_runs=runs, n_perceptrons=perceptrons, keep_history=self.learner.keep_history)
 
