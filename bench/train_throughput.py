@@ -3,6 +3,7 @@
     python bench/train_throughput.py --device cpu --batches 30   # or: python -m bench.train_throughput ...
     python bench/train_throughput.py --device cuda               # CUDA rows next to the CPU rows
     python bench/train_throughput.py --device cpu --profile      # where a batch's time goes, on CPU
+    python bench/train_throughput.py --device cpu --profile --ops 12 --threads 1   # and by operator
     python bench/train_throughput.py --quality --epochs 4        # validation ndcg@10, standard vs fast path
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
@@ -377,6 +378,19 @@ def profile(args: argparse.Namespace) -> None:
         print(f"| **sum** | **{sum(alone.values()) * 1e3:.1f}** |")
         floor = docs * flops_per_document(data.num_features) / peak_flops("cpu", torch.float32)
         print(f"| compute floor of the batch (MLP FLOPs / peak matmul) | {floor * 1e3:.1f} |", flush=True)
+        if args.ops:
+            op_table(datamodule, model, path, args.warmup, batches, args.ops)
+
+
+def op_table(datamodule: LetorDataModule, model: RankerModule, path: Row, warmup: int, batches: int, top: int) -> None:
+    """torch.profiler's operators over the same steps as ``_pieces``: self CPU ms and calls per batch."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        _pieces(datamodule, model, path, 0, warmup + batches)
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    steps = warmup + batches
+    print(f"\n| operator (torch.profiler, {steps} steps) | self ms per batch | calls per batch |\n|---|---:|---:|")
+    for event in events:
+        print(f"| `{event.key}` | {event.self_cpu_time_total / 1e3 / steps:.2f} | {event.count / steps:g} |")
 
 
 # --clock: wall time, or the calling thread's CPU time (with --threads 1: the work itself, what an idle core
@@ -422,9 +436,10 @@ def _adam_step(optimizer: torch.optim.Optimizer) -> None:
 
 
 def fast_rows(args: argparse.Namespace, device: str) -> list[Row]:
-    """The fast path's rows: ``--fast-sizes`` x ``--fast-precision`` (CUDA; CPU trains in float32)."""
-    sizes = args.fast_sizes or ([args.batch_size, 2 * args.batch_size] if device == "cuda" else [])
-    sizes = list(dict.fromkeys([*sizes, args.fast_batch_size] if not args.fast_sizes else sizes))
+    """The fast path's rows: ``--fast-sizes`` (default: on CUDA the base batch and twice it, then
+    ``--fast-batch-size``) x ``--fast-precision`` (CUDA; CPU trains in float32)."""
+    default = [args.batch_size, 2 * args.batch_size] if device == "cuda" else []
+    sizes = args.fast_sizes or list(dict.fromkeys([*default, args.fast_batch_size]))
     precisions = args.fast_precision if device == "cuda" else ["32-true"]
     return [
         Row("fast", fast_batch=size, lr_power=args.lr_power, precision=precision)
@@ -477,6 +492,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--skip-cpu", action="store_true", help="CUDA rows only")
     parser.add_argument("--profile", action="store_true", help="CPU: where a batch's time goes")
+    parser.add_argument("--ops", type=int, default=0, help="--profile: also the N costliest operators (torch.profiler)")
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="wall", help="--profile's pieces: wall or the thread's CPU time"
     )
