@@ -149,7 +149,9 @@ class LetorDataModule(pl.LightningDataModule):
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = pad_multiple
         if steps_per_batch < 1 or (steps_per_batch > 1 and not device_resident):
-            raise ValueError(f"steps_per_batch must be 1, or >= 1 with device_resident=true; got {steps_per_batch}")
+            raise ValueError(
+                f"steps_per_batch must be >= 1, and above 1 only with device_resident=true; got {steps_per_batch}"
+            )
         self.steps_per_batch = steps_per_batch
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.gain = gain

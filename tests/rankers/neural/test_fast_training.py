@@ -241,6 +241,9 @@ def test_steps_per_batch_needs_device_resident_batches():
 
     with pytest.raises(ValueError, match="device_resident"):
         LetorDataModule("train.txt", steps_per_batch=4)
+    for steps in (0, -1):  # no step at all is refused with or without resident batches
+        with pytest.raises(ValueError, match="must be >= 1"):
+            LetorDataModule("train.txt", steps_per_batch=steps, device_resident=True)
 
 
 def test_compile_mode_needs_inductor():
