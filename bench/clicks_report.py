@@ -12,26 +12,42 @@ from pathlib import Path
 
 from rankers.clicks.plots import plot_propensities
 
-METHODS = ("none", "ips", "dla", "lambdarank")
+STANDARD = ("none", "ips", "dla", "lambdarank")  # first, in this order; other runs (VARIANTS) follow by name
+
+
+def _mean_se(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.4f}" if values else "-"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values) / len(values) ** 0.5:.4f}"
+
+
+def _ndcg(folder: Path) -> dict[str, float]:
+    """Test ndcg@10 of each seed's run under ``folder`` (seed -> value)."""
+    return {p.parent.name: json.loads(p.read_text())["test"]["ndcg@10"] for p in folder.glob("*/results.json")}
 
 
 def table(out: Path) -> list[str]:
+    """One row per (log, method): test ndcg@10 (mean ± s.e. over seeds), the paired difference to
+    the naive run of the same seed, and per log the EM propensities' largest relative error."""
     rows = []
     for log in sorted(out.glob("log_*")):
         truth = json.loads((log / "simulation.json").read_text())["propensity"]
         name = log.name.removeprefix("log_")
-        cells = [name]
-        for method in METHODS:
-            runs = [json.loads(p.read_text()) for p in sorted((out / name / method).glob("*/results.json"))]
-            ndcg = [r["test"]["ndcg@10"] for r in runs]
-            cells.append(f"{statistics.mean(ndcg):.4f} ({len(ndcg)})" if ndcg else "-")
-        em = next(iter(sorted((out / name / "ips").glob("*/results.json"))), None)
+        present = {p.name for p in (out / name).iterdir() if p.is_dir()} if (out / name).is_dir() else set()
+        methods = [m for m in STANDARD if m in present] + sorted(present - set(STANDARD))
+        naive = _ndcg(out / name / "none")
+        for method in methods:
+            runs = _ndcg(out / name / method)
+            paired = [runs[s] - naive[s] for s in sorted(runs) if s in naive]
+            versus = _mean_se(paired) if method != "none" and paired else ""
+            rows.append(f"| {name} | {method} | {_mean_se(list(runs.values()))} ({len(runs)}) | {versus} |")
+        em = next(iter(sorted((out / name).glob("*/*/results.json"))), None)
         if em is not None and truth:
-            r = json.loads(em.read_text())
-            errors = [abs(e / t - 1) for e, t in zip(r["propensity"], truth, strict=False)]
-            cells.append(f"{max(errors):.3f}")
-            cells.append(f"{max(r['fit_seconds'] for r in [r]):.0f}")
-        rows.append("| " + " | ".join(cells) + " |")
+            estimate = json.loads(em.read_text())["propensity"]
+            errors = [abs(e / t - 1) for e, t in zip(estimate, truth, strict=False)]
+            rows.append(
+                f"| {name} | EM propensity, max relative error at positions 1-{len(errors)} | {max(errors):.3f} | |"
+            )
     return rows
 
 
@@ -40,10 +56,10 @@ def main() -> None:
     parser.add_argument("outs", nargs="+")
     parser.add_argument("--plot", default=None, help="PNG of the estimates against the truth (first OUT, eta2)")
     args = parser.parse_args()
-    print("| log | naive (none) | IPS | DLA | LambdaRank on true labels | max EM error pos 1-10 | IPS fit s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| log | method | test ndcg@10 (seeds) | minus naive, same seed |")
+    print("|---|---|---|---|")
     for out in args.outs:
-        print(f"| **{Path(out).name}** | | | | | | |")
+        print(f"| **{Path(out).name}** | | | |")
         print("\n".join(table(Path(out))))
     if args.plot:
         out = Path(args.outs[0])
