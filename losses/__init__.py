@@ -2,7 +2,7 @@
 
 from losses.approxndcg import approx_ndcg_loss, approx_ranks
 from losses.calibrated import calibrated_ranking_loss
-from losses.ips import ips_listwise_loss, ips_pairwise_loss, ips_weights
+from losses.ips import ips_click_mass, ips_listwise_loss, ips_pairwise_loss, ips_weights
 from losses.lambdaloss import lambdaloss
 from losses.lambdarank import lambdarank_loss, lambdas
 from losses.linklearn import linklearn_hinge
@@ -25,6 +25,7 @@ __all__ = [
     "approx_ranks",
     "calibrated_ranking_loss",
     "delta_ndcg_weight",
+    "ips_click_mass",
     "ips_listwise_loss",
     "ips_pairwise_loss",
     "ips_weights",

@@ -25,6 +25,50 @@ def ips_weights(clicks: Tensor, propensities: Tensor | None = None, *, clip: flo
     return clicks / propensities.to(clicks.dtype).clamp_min(floor)
 
 
+ESTIMATORS = ("per_click", "per_document")
+
+
+def ips_click_mass(
+    clicks: Tensor,
+    impressions: Tensor,
+    propensities: Tensor,
+    *,
+    clip: float = 0.0,
+    estimator: str = "per_click",
+) -> Tensor:
+    """Each document's inverse-propensity-weighted click mass from counts per position, ``[B, L]``.
+
+    Both estimate ``gamma_d * N_d`` (the document's relevance times the ``N_d = sum_k n_dk`` times it
+    was shown), with ``theta_k`` floored at ``clip``:
+
+    * ``per_click`` (Joachims et al. 2017): ``sum_k c_dk / theta_k``, unbiased; a single click where
+      examination is rare counts ``1 / theta_k`` on its own;
+    * ``per_document``: ``N_d * min(1, sum_k c_dk / sum_k n_dk theta_k)``, the ratio of the document's
+      clicks to its expected examinations (consistent, the relevance capped at 1): a document's
+      clicks are pooled over all its positions, so a stray click at a deep position moves the mass
+      of a document also shown near the top by about 1, not ``1 / theta_k``.
+
+    Args:
+        clicks, impressions: ``[B, L, K]`` counts per position; propensities: ``[K]`` (position 1 = 1);
+        clip: floor on the propensities; estimator: ``per_click`` or ``per_document``.
+
+    Example:
+        >>> import torch
+        >>> clicks, shown = torch.tensor([[[3.0, 1.0]]]), torch.tensor([[[10.0, 10.0]]])
+        >>> theta = torch.tensor([1.0, 0.1])
+        >>> ips_click_mass(clicks, shown, theta), ips_click_mass(clicks, shown, theta, estimator="per_document")
+        (tensor([[13.]]), tensor([[7.2727]]))
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    theta = propensities.to(clicks.dtype).clamp_min(max(clip, torch.finfo(clicks.dtype).tiny))
+    if estimator == "per_click":
+        return (clicks / theta).sum(-1)
+    examined = (impressions * theta).sum(-1)
+    rate = (clicks.sum(-1) / examined.clamp_min(torch.finfo(clicks.dtype).tiny)).clamp_max(1.0)
+    return rate * impressions.sum(-1)
+
+
 def _weights(scores: Tensor, clicks: Tensor, mask: Tensor | None, propensities: Tensor | None, clip: float | None):
     scores, clicks, mask = as_float32(scores, clicks, mask)
     if propensities is not None:

@@ -30,7 +30,8 @@ from torch import Tensor, nn
 
 from datamodules.batching import Batch
 from datamodules.clicks.cells import ClickCells
-from losses import ips_listwise_loss, ips_pairwise_loss, listnet_loss
+from losses import ips_click_mass, ips_listwise_loss, ips_pairwise_loss, listnet_loss
+from losses.ips import ESTIMATORS
 from rankers.clicks.propensity import em_propensities, harvest_propensities
 from rankers.neural.module import RankerModule
 
@@ -45,6 +46,9 @@ class UnbiasedModule(RankerModule):
         debias: ``none`` | ``ips`` | ``dla``.
         click_loss: ``listwise`` (IPS softmax cross-entropy) or ``pairwise`` (IPS logistic pairs).
         clip: floor on the propensities in the weights (weights at most ``1 / clip``).
+        ips_estimator: ``per_document`` (a document's clicks over its expected examinations, times
+            its impressions) or ``per_click`` (each click over its position's propensity); see
+            ``losses.ips_click_mass``. Both feed ``ips`` and ``dla``.
         dla_lr: learning rate of DLA's propensity logits.
         dla_clip: cap on DLA's inverse relevance weights.
         em_bootstrap: bootstrap replicates for the EM propensities' standard error.
@@ -60,16 +64,19 @@ class UnbiasedModule(RankerModule):
         *,
         debias: str = "ips",
         click_loss: str = "listwise",
-        clip: float = 0.01,
+        clip: float = 0.1,
         dla_lr: float = 0.3,
         dla_clip: float = 100.0,
         em_bootstrap: int = 10,
+        ips_estimator: str = "per_document",
         click_cells: ClickCells | None = None,
         loss: Any = None,
         **options: Any,
     ) -> None:
         if debias not in DEBIAS:
             raise ValueError(f"model.debias must be one of {DEBIAS}, got {debias!r}")
+        if ips_estimator not in ESTIMATORS:
+            raise ValueError(f"model.ips_estimator must be one of {ESTIMATORS}, got {ips_estimator!r}")
         if click_loss not in LOSSES:
             raise ValueError(f"model.click_loss must be one of {tuple(LOSSES)}, got {click_loss!r}")
         if click_cells is None:
@@ -79,8 +86,16 @@ class UnbiasedModule(RankerModule):
         super().__init__(scorer, partial(LOSSES[click_loss]), optimizer, scheduler, **options)
         for name in ("click_cells", "loss", "options"):  # data and objects are not hyperparameters
             self.hparams.pop(name, None)
-        self.hparams.update(debias=debias, click_loss=click_loss, clip=clip, dla_lr=dla_lr, dla_clip=dla_clip)
+        self.hparams.update(
+            debias=debias,
+            click_loss=click_loss,
+            clip=clip,
+            dla_lr=dla_lr,
+            dla_clip=dla_clip,
+            ips_estimator=ips_estimator,
+        )
         self.debias, self.clip, self.dla_lr, self.dla_clip = debias, clip, dla_lr, dla_clip
+        self.ips_estimator = ips_estimator
         self.estimate = em_propensities(click_cells, bootstrap=em_bootstrap)
         self.harvested = harvest_propensities(click_cells)
         self.register_buffer("propensity", torch.tensor(self.estimate.propensity, dtype=torch.float32))
@@ -96,12 +111,12 @@ class UnbiasedModule(RankerModule):
         return self.propensity
 
     def click_targets(self, batch: Batch) -> Tensor:
-        """``[B, L]`` weighted click mass: ``sum_k clicks_k / max(theta_k, clip)`` (``none``: clicks)."""
+        """``[B, L]`` weighted click mass (``losses.ips_click_mass`` by ``ips_estimator``; ``none``: clicks)."""
         clicks = batch["clicks"]
         if self.debias == "none":
             return clicks.sum(-1)
-        theta = self.position_propensity().to(clicks.dtype).clamp_min(self.clip)
-        return (clicks / theta).sum(-1)
+        theta = self.position_propensity()
+        return ips_click_mass(clicks, batch["impressions"], theta, clip=self.clip, estimator=self.ips_estimator)
 
     def _dla_propensity_loss(self, scores: Tensor, batch: Batch) -> Tensor:
         """DLA's propensity loss: softmax cross-entropy of the position logits against clicks weighted

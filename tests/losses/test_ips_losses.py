@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
-from losses import ips_listwise_loss, ips_pairwise_loss
+from losses import ips_click_mass, ips_listwise_loss, ips_pairwise_loss
 
 
 def _slow_listwise(scores, clicks, propensities, clip):
@@ -85,3 +86,53 @@ def test_ips_weighted_clicks_are_unbiased_for_relevance() -> None:
     assert np.all(np.abs(mean - relevance) < 4 * stderr)
     naive = clicks.mean(0)
     assert abs(naive[2] - relevance[2]) > 0.5  # what the correction fixes
+
+
+def _slow_click_mass(clicks, impressions, theta, clip, estimator):
+    out = []
+    for c_list, n_list in zip(clicks.tolist(), impressions.tolist(), strict=True):
+        row = []
+        for c, n in zip(c_list, n_list, strict=True):
+            t = [max(v, clip) for v in theta.tolist()]
+            if estimator == "per_click":
+                row.append(sum(ci / ti for ci, ti in zip(c, t, strict=True)))
+            else:
+                examined = sum(ni * ti for ni, ti in zip(n, t, strict=True))
+                row.append(min(1.0, sum(c) / examined) * sum(n) if examined else 0.0)
+        out.append(row)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("estimator", ["per_click", "per_document"])
+def test_click_mass_matches_a_slow_loop(estimator) -> None:
+    g = torch.Generator().manual_seed(4)
+    impressions = torch.randint(0, 6, (2, 5, 4), generator=g).double()
+    impressions[1, 4] = 0  # a padded / never shown document: mass 0
+    clicks = torch.minimum(torch.randint(0, 3, (2, 5, 4), generator=g).double(), impressions)
+    theta = torch.tensor([1.0, 0.3, 0.04, 0.01], dtype=torch.float64)
+    got = ips_click_mass(clicks, impressions, theta, clip=0.02, estimator=estimator)
+    assert torch.allclose(got, _slow_click_mass(clicks, impressions, theta, 0.02, estimator), atol=1e-12)
+    assert got[1, 4] == 0
+
+
+def test_per_document_mass_estimates_the_same_target_with_less_variance() -> None:
+    """A document shown 150 times at position 1 and 20 times at position 10 (theta 0.01): both
+    estimators centre on relevance x impressions, the pooled one with a fraction of the spread."""
+    rng = np.random.default_rng(0)
+    theta = torch.tensor([1.0, 0.01], dtype=torch.float64)
+    relevance, shown = 0.3, torch.tensor([150.0, 20.0], dtype=torch.float64)
+    logs = 4000
+    clicks = torch.from_numpy(rng.binomial(shown.long().numpy(), (theta * relevance).numpy(), size=(logs, 2))).double()
+    masses = {
+        estimator: ips_click_mass(clicks[:, None], shown.expand(logs, 1, 2), theta, estimator=estimator)[:, 0]
+        for estimator in ("per_click", "per_document")
+    }
+    target = relevance * float(shown.sum())
+    for mass in masses.values():
+        assert abs(float(mass.mean()) - target) < 4 * float(mass.std()) / np.sqrt(logs) + 0.05
+    assert float(masses["per_document"].std()) < 0.5 * float(masses["per_click"].std())
+
+
+def test_unknown_estimator_is_refused() -> None:
+    with pytest.raises(ValueError, match="per_document"):
+        ips_click_mass(torch.zeros(1, 1, 1), torch.ones(1, 1, 1), torch.ones(1), estimator="pooled")
