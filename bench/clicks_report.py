@@ -41,9 +41,9 @@ def table(out: Path) -> list[str]:
             paired = [runs[s] - naive[s] for s in sorted(runs) if s in naive]
             versus = _mean_se(paired) if method != "none" and paired else ""
             rows.append(f"| {name} | {method} | {_mean_se(list(runs.values()))} ({len(runs)}) | {versus} |")
-        em = next(iter(sorted((out / name).glob("*/*/results.json"))), None)
-        if em is not None and truth:
-            estimate = json.loads(em.read_text())["propensity"]
+        runs = (json.loads(p.read_text()) for p in sorted((out / name).glob("*/*/results.json")))
+        estimate = next((r["propensity"] for r in runs if "propensity" in r), None)  # every click run's EM
+        if estimate is not None and truth:
             errors = [abs(e / t - 1) for e, t in zip(estimate, truth, strict=False)]
             rows.append(
                 f"| {name} | EM propensity, max relative error at positions 1-{len(errors)} | {max(errors):.3f} | |"
