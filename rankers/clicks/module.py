@@ -52,6 +52,8 @@ class UnbiasedModule(RankerModule):
         dla_lr: learning rate of DLA's propensity logits.
         dla_clip: cap on DLA's inverse relevance weights.
         em_bootstrap: bootstrap replicates for the EM propensities' standard error.
+        em_min_examinations: the EM's refits keep documents expected to have been examined at least
+            this often (``rankers.clicks.propensity.em_propensities``).
         click_cells: the log's cells (from ``data.model_inputs()``); propensities are estimated here.
         Other arguments: ``RankerModule``'s (``loss`` is built from ``click_loss``).
     """
@@ -68,6 +70,7 @@ class UnbiasedModule(RankerModule):
         dla_lr: float = 0.3,
         dla_clip: float = 100.0,
         em_bootstrap: int = 10,
+        em_min_examinations: float = 0.5,
         ips_estimator: str = "per_document",
         click_cells: ClickCells | None = None,
         loss: Any = None,
@@ -96,7 +99,7 @@ class UnbiasedModule(RankerModule):
         )
         self.debias, self.clip, self.dla_lr, self.dla_clip = debias, clip, dla_lr, dla_clip
         self.ips_estimator = ips_estimator
-        self.estimate = em_propensities(click_cells, bootstrap=em_bootstrap)
+        self.estimate = em_propensities(click_cells, bootstrap=em_bootstrap, min_examinations=em_min_examinations)
         self.harvested = harvest_propensities(click_cells)
         self.register_buffer("propensity", torch.tensor(self.estimate.propensity, dtype=torch.float32))
         k = click_cells.max_position
