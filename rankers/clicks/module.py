@@ -18,6 +18,7 @@ shown less often has less mass, as in per-session IPS). The exported scorer is t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -54,6 +55,8 @@ class UnbiasedModule(RankerModule):
         em_bootstrap: bootstrap replicates for the EM propensities' standard error.
         em_min_examinations: the EM's refits keep documents expected to have been examined at least
             this often (``rankers.clicks.propensity.em_propensities``).
+        max_fit_minutes: stop training after the first epoch that ends past this many minutes (the
+            best checkpoint so far is what is tested and exported; results.json says so); None: no limit.
         click_cells: the log's cells (from ``data.model_inputs()``); propensities are estimated here.
         Other arguments: ``RankerModule``'s (``loss`` is built from ``click_loss``).
     """
@@ -71,6 +74,7 @@ class UnbiasedModule(RankerModule):
         dla_clip: float = 100.0,
         em_bootstrap: int = 10,
         em_min_examinations: float = 0.5,
+        max_fit_minutes: float | None = 8.0,
         ips_estimator: str = "per_document",
         click_cells: ClickCells | None = None,
         loss: Any = None,
@@ -99,6 +103,9 @@ class UnbiasedModule(RankerModule):
         )
         self.debias, self.clip, self.dla_lr, self.dla_clip = debias, clip, dla_lr, dla_clip
         self.ips_estimator = ips_estimator
+        self.max_fit_minutes = max_fit_minutes
+        self._fit_started = time.perf_counter()
+        self.stopped_by_time = False
         self.estimate = em_propensities(click_cells, bootstrap=em_bootstrap, min_examinations=em_min_examinations)
         self.harvested = harvest_propensities(click_cells)
         self.register_buffer("propensity", torch.tensor(self.estimate.propensity, dtype=torch.float32))
@@ -167,6 +174,17 @@ class UnbiasedModule(RankerModule):
             metric.update(scores, labels, batch["mask"])
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "ndcg@10", batch_size=size)
 
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self._fit_started = time.perf_counter()
+
+    def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
+        limit = self.max_fit_minutes
+        if limit is not None and time.perf_counter() - self._fit_started > 60 * limit:
+            self.trainer.should_stop = True  # Lightning ends the fit here; early stopping's best checkpoint stands
+            self.stopped_by_time = True
+
     def on_validation_epoch_start(self) -> None:
         self._offline: list[Tensor] = []
 
@@ -213,6 +231,7 @@ class UnbiasedModule(RankerModule):
             "propensity_estimates": {"em": self.estimate.as_dict(), "harvest": self.harvested.as_dict()},
             "debias": self.debias,
             "offline": self.offline_evaluation(),
+            "stopped_by_max_fit_minutes": self.stopped_by_time,
         }
         if self.debias == "dla":
             learned = self.position_propensity().cpu().numpy()

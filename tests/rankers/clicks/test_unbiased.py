@@ -71,6 +71,15 @@ def test_without_a_test_file_nothing_is_called_test(tmp_path, click_log) -> None
     assert offline["ci95"][0] <= offline["mean"] <= offline["ci95"][1] and offline["mean"] > 0
 
 
+def test_max_fit_minutes_ends_training_after_the_epoch_that_passes_it(tmp_path, click_log) -> None:
+    """A limit of 0 minutes: the first epoch ends past it, so the fit stops there and says why."""
+    common = ("trainer.max_epochs=3", "model.em_bootstrap=0", "export=false")
+    stopped = run(tmp_path / "a", click_log, *common, "model.max_fit_minutes=0")
+    assert stopped["epochs"] == 1 and stopped["stopped_by_max_fit_minutes"] is True
+    free = run(tmp_path / "b", click_log, *common, "model.max_fit_minutes=null", "callbacks.early_stopping.patience=5")
+    assert free["epochs"] == 3 and free["stopped_by_max_fit_minutes"] is False
+
+
 def test_a_letor_datamodule_is_refused(tmp_path) -> None:
     with pytest.raises(Exception, match="data=clicks"):
         cfg = compose_config(["model=unbiased", *FAST, "data.n_train_queries=20"], output_dir=tmp_path / "o")
