@@ -3,17 +3,20 @@
 ``debias``:
 
 * ``none``: clicks taken as labels (the naive baseline);
-* ``ips``: each click weighted by the inverse of its position's examination propensity, estimated
-  from the log by regression EM (``rankers.clicks.propensity``), clipped at ``clip``;
+* ``ips``: clicks weighted by the inverse of their positions' examination propensities, estimated
+  from the log by regression EM (``rankers.clicks.propensity``), floored at ``clip``: per click, or
+  (the default, ``ips_estimator=per_document``) each document's clicks over its expected
+  examinations, pooled over the positions it was shown at (``losses.ips_click_mass``);
 * ``dla``: the dual learning algorithm (Ai, Bi, Luo, Guo & Croft, SIGIR 2018): a propensity model
   (one logit per position, softmax) learned together with the ranker, each trained on the other's
   inverse weights (inverse propensity for the ranker, inverse relevance for the propensity model).
 
 The log arrives aggregated per (query, document, position) (``clicks``/``impressions`` ``[B, L, K]``):
 the ranker's listwise or pairwise IPS loss (``losses.ips``) reads the weighted click mass of each
-document, ``sum_k clicks_k / max(theta_k, clip)``, which is the sessions' losses summed when every
-session of a query shows the same documents, and their counterfactual form otherwise (a document
-shown less often has less mass, as in per-session IPS). The exported scorer is the ordinary one.
+document (per click: ``sum_k clicks_k / max(theta_k, clip)``, which is the sessions' losses summed
+when every session of a query shows the same documents, and their counterfactual form otherwise: a
+document shown less often has less mass, as in per-session IPS; per document: the same expectation,
+relevance times impressions). The exported scorer is the ordinary one.
 """
 
 from __future__ import annotations
@@ -100,6 +103,8 @@ class UnbiasedModule(RankerModule):
             dla_lr=dla_lr,
             dla_clip=dla_clip,
             ips_estimator=ips_estimator,
+            em_min_examinations=em_min_examinations,
+            max_fit_minutes=max_fit_minutes,
         )
         self.debias, self.clip, self.dla_lr, self.dla_clip = debias, clip, dla_lr, dla_clip
         self.ips_estimator = ips_estimator
