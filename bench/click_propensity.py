@@ -39,7 +39,9 @@ def main() -> None:
         truth = np.array(json.loads((log / "simulation.json").read_text())["propensity"])
         clicks = np.bincount(cells.position, weights=cells.clicks, minlength=11)[5:11].astype(int)
         for threshold in args.min_examinations:
-            error = em_propensities(cells, bootstrap=0, min_examinations=threshold).propensity / truth - 1
+            estimate = em_propensities(cells, bootstrap=0, min_examinations=threshold).propensity
+            positions = min(len(estimate), len(truth))  # a log's deepest position may lie above the truth's
+            error = estimate[:positions] / truth[:positions] - 1
             print(
                 f"| {log} | {threshold:g} | {np.abs(error).max():.3f} | {error[4:10].mean():+.3f} | "
                 f"{' '.join(map(str, clicks))} |",

@@ -41,7 +41,10 @@ def table(out: Path) -> list[str]:
             paired = [runs[s] - naive[s] for s in sorted(runs) if s in naive]
             versus = _mean_se(paired) if method != "none" and paired else ""
             rows.append(f"| {name} | {method} | {_mean_se(list(runs.values()))} ({len(runs)}) | {versus} |")
-        runs = (json.loads(p.read_text()) for p in sorted((out / name).glob("*/*/results.json")))
+        # the defaults' EM first (ips, none, dla), then any variant's (a variant may change the EM)
+        order = [m for m in ("ips", "none", "dla") if m in present] + sorted(present - {"ips", "none", "dla"})
+        paths = [p for m in order for p in sorted((out / name / m).glob("*/results.json"))]
+        runs = (json.loads(p.read_text()) for p in paths)
         estimate = next((r["propensity"] for r in runs if "propensity" in r), None)  # every click run's EM
         if estimate is not None and truth:
             errors = [abs(e / t - 1) for e, t in zip(estimate, truth, strict=False)]

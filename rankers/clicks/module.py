@@ -186,9 +186,14 @@ class UnbiasedModule(RankerModule):
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
         limit = self.max_fit_minutes
-        if limit is not None and time.perf_counter() - self._fit_started > 60 * limit:
+        last_epoch = self.current_epoch + 1 >= (self.trainer.max_epochs or 0) > 0
+        # only a stop the limit itself causes is reported as one (not early stopping's, not the last epoch)
+        if limit is not None and not self.trainer.should_stop and not last_epoch and self._elapsed() > 60 * limit:
             self.trainer.should_stop = True  # Lightning ends the fit here; early stopping's best checkpoint stands
             self.stopped_by_time = True
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._fit_started
 
     def on_validation_epoch_start(self) -> None:
         self._offline: list[Tensor] = []

@@ -24,6 +24,8 @@ import numpy as np
 from datamodules.clicks.cells import ClickCells
 
 _TINY = 1e-12
+# a refit's selection must keep, at every position with clicks, at least this many of them and a quarter
+MIN_KEPT_CLICKS = 30
 
 
 @dataclass
@@ -103,7 +105,10 @@ def em_propensities(
         bootstrap_iter: EM iterations of a replicate (each starts from the estimate, so few are needed).
         min_examinations: a document's expected examinations to take part in the refits (0: one fit
             on every cell).
-        refits: how many times the kept documents are chosen again and the estimate refitted.
+        refits: how many times the kept documents are chosen again and the estimate refitted. A refit
+            whose selection keeps fewer than ``MIN_KEPT_CLICKS`` clicks or a quarter of a position's
+            clicks at some position is not made (sparse logs): the last estimate stands, and the
+            standard error is that of the estimate on the cells it was fitted on.
     """
     k = cells.max_position
     n_rows = int(cells.row.max()) + 1 if len(cells.row) else 0
@@ -115,12 +120,16 @@ def em_propensities(
     theta, gamma, iterations = _em(cells, np.ones(len(cells.row)), theta0, gamma0, max_iter, tol)
     relevance = gamma[cells.row]
     kept = np.ones(len(cells.row))  # the cells the final estimate is fitted on (as weights)
+    clicks_at = np.bincount(cells.position - 1, weights=cells.clicks, minlength=k)
     for _ in range(refits if min_examinations > 0 else 0):
         expected = np.bincount(cells.row, weights=cells.impressions * (theta / theta[0])[cells.position - 1])
-        kept = (expected[cells.row] >= min_examinations).astype(np.float64)
-        if not kept.any():  # nothing examined that often: the one fit on every cell stands
-            kept[:] = 1.0
+        selected = (expected[cells.row] >= min_examinations).astype(np.float64)
+        kept_clicks = np.bincount(cells.position - 1, weights=cells.clicks * selected, minlength=k)
+        # a sparse log: some position would keep too few clicks to be estimated from the selection,
+        # so the last estimate (fitted on ``kept``) stands rather than one of its positions collapsing
+        if np.any((clicks_at > 0) & (kept_clicks < np.maximum(MIN_KEPT_CLICKS, 0.25 * clicks_at))):
             break
+        kept = selected
         theta, gamma, more = _em(cells, kept, theta.copy(), gamma.copy(), max_iter, tol)
         iterations += more
     scaled = theta / theta[0]

@@ -18,5 +18,5 @@ def test_one_row_per_log_and_threshold(tmp_path, monkeypatch, capsys) -> None:
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {tmp_path}")]
     assert [row.split(" | ")[1] for row in rows] == ["0", "0.5"]
     for row in rows:
-        max_error, mean_error = (float(cell) for cell in row.split(" | ")[2:4])
-        assert 0 <= max_error < 0.5 and abs(mean_error) <= max_error
+        max_error = float(row.split(" | ")[2])
+        assert 0 < max_error < 0.5  # an estimate, near the truth (eta 1, a small log)
