@@ -41,8 +41,8 @@ def table(out: Path) -> list[str]:
             paired = [runs[s] - naive[s] for s in sorted(runs) if s in naive]
             versus = _mean_se(paired) if method != "none" and paired else ""
             rows.append(f"| {name} | {method} | {_mean_se(list(runs.values()))} ({len(runs)}) | {versus} |")
-        # the defaults' EM first (ips, none, dla), then any variant's (a variant may change the EM)
-        order = [m for m in ("ips", "none", "dla") if m in present] + sorted(present - {"ips", "none", "dla"})
+        # the default's EM first, then the other standard runs', then any variant's (a variant may change it)
+        order = sorted(methods, key=lambda m: m != "ips")
         paths = [p for m in order for p in sorted((out / name / m).glob("*/results.json"))]
         runs = (json.loads(p.read_text()) for p in paths)
         estimate = next((r["propensity"] for r in runs if "propensity" in r), None)  # every click run's EM

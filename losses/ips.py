@@ -61,10 +61,10 @@ def ips_click_mass(
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    theta = propensities.to(clicks.dtype).clamp_min(max(clip, torch.finfo(clicks.dtype).tiny))
+    floor = max(clip, torch.finfo(clicks.dtype).tiny)
     if estimator == "per_click":
-        return (clicks / theta).sum(-1)
-    examined = (impressions * theta).sum(-1)
+        return ips_weights(clicks, propensities, clip=floor).sum(-1)
+    examined = (impressions * propensities.to(clicks.dtype).clamp_min(floor)).sum(-1)
     rate = (clicks.sum(-1) / examined.clamp_min(torch.finfo(clicks.dtype).tiny)).clamp_max(1.0)
     return rate * impressions.sum(-1)
 

@@ -31,7 +31,8 @@ MIN_KEPT_CLICKS = 30
 @dataclass
 class PropensityEstimate:
     """``propensity [K]`` (position 1 first, position 1 = 1.0), ``stderr [K]`` (bootstrap; None when
-    not computed), ``relevance [C]`` the EM's gamma of each cell's document (None for harvesting)."""
+    not computed), ``relevance [C]`` the EM's gamma of each cell's document from its fit on every cell
+    (refits leave some documents out; None for harvesting)."""
 
     propensity: np.ndarray
     stderr: np.ndarray | None = None

@@ -87,3 +87,10 @@ def test_a_letor_datamodule_is_refused(tmp_path) -> None:
             train(cfg)
         finally:
             GlobalHydra.instance().clear()
+
+
+def test_an_unknown_ips_estimator_is_refused() -> None:
+    from rankers.clicks.module import UnbiasedModule
+
+    with pytest.raises(ValueError, match=r"model\.ips_estimator must be one of"):
+        UnbiasedModule(None, None, ips_estimator="pooled")
