@@ -1,0 +1,39 @@
+"""bench/against_commit.py: the same commit on both sides gives the same figures (a paired difference
+of exactly zero), through a real worktree, real fits and both exported scorers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from bench.against_commit import TODAY, main, paired
+from datamodules.synthetic import generate_letor
+
+
+def test_the_paired_difference_is_the_mean_and_standard_error_of_the_differences():
+    today, then = [0.5, 0.7, 0.4], [0.4, 0.6, 0.6]
+    diff = np.array(today) - np.array(then)
+    expected = f"{diff.mean():+.4f} ± {diff.std(ddof=1) / np.sqrt(3):.4f} (2/3)"
+    assert paired(today, then) == expected
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (TODAY / ".git").exists(), reason="needs a git checkout")
+def test_head_against_itself_differs_by_nothing(tmp_path, capsys):
+    train = generate_letor(tmp_path, n_queries={"train": 12, "val": 2, "test": 2}, num_features=5, mean_docs=6)["train"]
+    workdir, runs = tmp_path / "work", tmp_path / "runs.json"
+    try:
+        main(
+            ["--commit", "HEAD", "--train", train, "--models", "listnet", "--folds", "2", "--seeds", "3",
+             "--override", "trainer.max_epochs=2", "--workdir", str(workdir), "--json", str(runs)]
+        )  # fmt: skip
+    finally:
+        subprocess.run(["git", "-C", str(TODAY), "worktree", "remove", "--force", str(workdir / "checkout-HEAD")])
+    figures = json.loads(runs.read_text())
+    assert len(figures) == 4 and {r["version"] for r in figures} == {"HEAD", "today"}
+    for then, now in zip(figures[0::2], figures[1::2], strict=True):
+        assert then["fold"] == now["fold"] and then["ndcg@10"] == now["ndcg@10"]
+    assert "| listnet | ndcg@10 |" in capsys.readouterr().out
