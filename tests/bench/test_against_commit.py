@@ -21,19 +21,20 @@ def test_the_paired_difference_is_the_mean_and_standard_error_of_the_differences
     assert paired(today, then) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None or not (TODAY / ".git").exists(), reason="needs a git checkout")
 def test_head_against_itself_differs_by_nothing(tmp_path, capsys):
     train = generate_letor(tmp_path, n_queries={"train": 12, "val": 2, "test": 2}, num_features=5, mean_docs=6)["train"]
     workdir, runs = tmp_path / "work", tmp_path / "runs.json"
     try:
         main(
-            ["--commit", "HEAD", "--train", train, "--models", "listnet", "--folds", "2", "--seeds", "3",
+            ["--commit", "HEAD", "--train", train, "--models", "listnet", "--folds", "3", "--seeds", "3",
              "--override", "trainer.max_epochs=2", "--workdir", str(workdir), "--json", str(runs)]
         )  # fmt: skip
     finally:
         subprocess.run(["git", "-C", str(TODAY), "worktree", "remove", "--force", str(workdir / "checkout-HEAD")])
     figures = json.loads(runs.read_text())
-    assert len(figures) == 4 and {r["version"] for r in figures} == {"HEAD", "today"}
+    assert len(figures) == 6 and {r["version"] for r in figures} == {"HEAD", "today"}
     for then, now in zip(figures[0::2], figures[1::2], strict=True):
         assert then["fold"] == now["fold"] and then["ndcg@10"] == now["ndcg@10"]
     assert "| listnet | ndcg@10 |" in capsys.readouterr().out
