@@ -1,6 +1,11 @@
 """Train a ranker: ``python train.py model=lambdarank`` (see conf/ for every option)."""
 
+# ruff: noqa: E402  (kernels.mkl_vendor must act before torch is loaded: the imports below load it)
 import logging
+
+from kernels import mkl_vendor
+
+mkl_vendor.activate()  # MKL's AVX-512 kernels on AMD CPUs (LTR_MKL_VENDOR_SHIM=0: MKL's own choice)
 
 import hydra
 import torch.distributed as dist

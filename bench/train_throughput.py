@@ -12,7 +12,9 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
 
 * DataLoader + collate (the reference): per-query items collated on the host, batch 64 queries;
 * device-resident gather: the split on the device, one gather per batch (``data.device_resident``);
-* on CPU, the same with the MLP through ``nn.Linear`` (MKL) instead of oneDNN (``rankers.neural.onednn_mlp``);
+* on CPU, the same with the MLP through the other backend: oneDNN (``rankers.neural.onednn_mlp``) where
+  MKL runs its AVX-512 kernels (``kernels.mkl_vendor``, activated here as ``train.py`` does; the
+  resident row then runs ``nn.Linear`` through MKL), else ``nn.Linear`` (MKL's AVX2 path on AMD);
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
   the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256 (float32,
   ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA graph and 16
@@ -26,6 +28,7 @@ gradients of every layer but the first) divided by the device's peak, the best o
 after the row (the better of the two), so that load from other jobs hits both sides alike.
 """
 
+# ruff: noqa: E402  (the MKL shim must be loaded before torch: the imports follow kernels.mkl_vendor.activate())
 from __future__ import annotations
 
 import argparse
@@ -48,6 +51,10 @@ if __name__ == "__main__" and not __package__:
     # package: run as the module from the repository root instead (the same process id, the same arguments)
     os.chdir(Path(__file__).resolve().parents[1])
     os.execv(sys.executable, [sys.executable, "-m", "bench.train_throughput", *sys.argv[1:]])
+
+from kernels import mkl_vendor
+
+MKL_AVX512 = mkl_vendor.activate()  # before torch is loaded, as train.py: MKL's AVX-512 kernels on AMD CPUs
 
 import numpy as np
 import pytorch_lightning as pl
@@ -117,7 +124,7 @@ def peak_flops(device: str, dtype: torch.dtype, repeats: int = 3) -> float:
     n = 2048 if device == "cpu" else 8192
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     candidates = [lambda: torch.mm(a, b)]
-    if device == "cpu" and onednn_mlp.enabled():
+    if device == "cpu" and onednn_mlp.available():
         candidates.append(lambda: onednn_mlp.linear(a, b, None))
     best = math.inf
     for fn in candidates:
@@ -159,10 +166,11 @@ class Throughput(pl.Callback):
 
 @dataclass
 class Row:
-    """One row's settings: ``mode`` loader / resident / fast; ``mkl``: the MLP through ``nn.Linear``."""
+    """One row's settings: ``mode`` loader / resident / fast; ``mlp``: the MLP's backend on CPU (``default``:
+    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``nn.Linear``)."""
 
     mode: str
-    mkl: bool = False
+    mlp: str = "default"
     fast_batch: int = 256
     lr_power: float = LR_POWER
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
@@ -180,12 +188,12 @@ class Row:
 
 
 @contextlib.contextmanager
-def mlp_backend(mkl: bool) -> Iterator[None]:
-    """``mkl``: switch the oneDNN MLP off, so ``nn.Linear`` (MKL) runs the matmuls."""
-    if not mkl:
+def mlp_backend(mlp: str) -> Iterator[None]:
+    """``mkl``: the oneDNN MLP off, so ``nn.Linear`` (MKL) runs the matmuls; ``onednn``: on."""
+    if mlp == "default":
         yield
         return
-    with mock.patch.object(onednn_mlp, "_LINEAR", None):
+    with mock.patch.object(onednn_mlp, "enabled", lambda: mlp == "onednn"):
         yield
 
 
@@ -245,7 +253,7 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
         limit_val_batches=0,
         callbacks=[meter],
     )
-    with mlp_backend(path.mkl):
+    with mlp_backend(path.mlp):
         trainer.fit(model, datamodule=datamodule)
     runner = model._runner
     if runner is not None:  # whether the steps were graphs: a failed capture falls back to eager steps
@@ -267,7 +275,8 @@ def names(
     return {
         "loader": "DataLoader + collate (reference)",
         "resident": "device-resident gather",
-        "mkl": "device-resident gather, MLP through nn.Linear (MKL)",
+        "mkl": "device-resident gather, MLP through nn.Linear (MKL, AVX2 on AMD)",
+        "onednn": "device-resident gather, MLP through oneDNN (`onednn_mlp`)",
         "fast": fast,
     }
 
@@ -285,6 +294,7 @@ def throughput_table(args: argparse.Namespace) -> None:
         f"# data: {data.num_queries} queries, {len(data.labels):,} documents, {data.num_features} features; "
         f"batch {args.batch_size} queries; {epoch_batches} batches an epoch"
     )
+    print(f"# MKL: {'AVX-512 kernels (kernels.mkl_vendor)' if MKL_AVX512 else 'its own dispatch'}")
     print(f"# compute floor: {per_doc:,} FLOP a document (MLP 136-256-128-64-1 forward + backward) / peak matmul")
     print(
         "| device | batches from | dtype | timed batches | documents/s | one epoch (s) | peak GFLOP/s | "
@@ -295,8 +305,9 @@ def throughput_table(args: argparse.Namespace) -> None:
         label = f"cuda {torch.cuda.get_device_name()}" if device == "cuda" else "cpu"
         batches = min(args.batches or (100 if device == "cuda" else 40), epoch_batches - args.warmup)
         rows = [("loader", Row("loader")), ("resident", Row("resident"))]
-        if device == "cpu" and onednn_mlp.enabled():
-            rows.append(("mkl", Row("resident", mkl=True)))
+        if device == "cpu" and onednn_mlp.available():
+            other = "onednn" if MKL_AVX512 else "mkl"  # the backend the resident row does not use
+            rows.append((other, Row("resident", mlp=other)))
         rows += [("fast", path) for path in fast_rows(args, device)]
         reference = None
         for key, path in rows:

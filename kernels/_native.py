@@ -47,6 +47,8 @@ class KernelSpec:
         label: how messages name it.
         cflags, ldflags: compiler and linker flags besides ``-shared -fPIC -std=c++17``.
         directory: where the source and the installed library live (this package).
+        global_symbols: open it with ``RTLD_GLOBAL``, so that libraries loaded after it resolve its
+            symbols (``kernels.mkl_vendor``); the kernels proper keep theirs to themselves.
     """
 
     name: str
@@ -54,6 +56,7 @@ class KernelSpec:
     cflags: tuple[str, ...]
     ldflags: tuple[str, ...] = ()
     directory: Path = HERE
+    global_symbols: bool = False
 
     @property
     def source(self) -> Path:
@@ -92,6 +95,7 @@ KERNELS: dict[str, KernelSpec] = {
             ("-O3", "-march=native", "-ffast-math", "-fopenmp"),
             ("-fopenmp",),
         ),
+        KernelSpec("mkl_vendor", "MKL vendor shim", ("-O2",), global_symbols=True),
     )
 }
 BASE_CFLAGS = ("-std=c++17", "-fPIC")
@@ -186,7 +190,9 @@ class NativeKernel:
         if not path.is_file():
             return None
         try:
-            library = ctypes.CDLL(str(path))
+            library = ctypes.CDLL(
+                str(path), mode=ctypes.RTLD_GLOBAL if self.spec.global_symbols else ctypes.DEFAULT_MODE
+            )
             stamp = library.ltr_kernel_hash
         except (OSError, AttributeError):  # truncated, foreign, or built before the hash existed
             return None

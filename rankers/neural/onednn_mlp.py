@@ -12,7 +12,9 @@ TorchScript and ONNX export run ``nn.Sequential`` as before); parity with autogr
 ``nn.Sequential`` (values and gradients): ``tests/rankers/neural/test_onednn_mlp.py``.
 
 ``LTR_CPU_KERNELS=0`` turns it off (as the C++ kernels), as does a torch build without oneDNN's
-``mkldnn::_linear_pointwise`` op.
+``mkldnn::_linear_pointwise`` op, and so does ``kernels.mkl_vendor`` when active: MKL then runs its
+AVX-512 kernels too, and reads the transposed operands of the weight gradients in place where
+oneDNN's linear copies them first (``bench/train_throughput.py``'s two MLP rows).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import os
 
 import torch
 from torch import Tensor, nn
+
+from kernels import mkl_vendor
 
 
 def _linear_op():
@@ -34,9 +38,15 @@ def _linear_op():
 _LINEAR = _linear_op()
 
 
+def available() -> bool:
+    """Whether this torch build has oneDNN's linear op."""
+    return _LINEAR is not None
+
+
 def enabled() -> bool:
-    """Whether the oneDNN path may run (the op exists and ``LTR_CPU_KERNELS`` is not 0)."""
-    return _LINEAR is not None and os.environ.get("LTR_CPU_KERNELS", "1") != "0"
+    """Whether the oneDNN path runs: the op exists, ``LTR_CPU_KERNELS`` is not 0, and MKL is not
+    running its AVX-512 kernels through ``kernels.mkl_vendor``."""
+    return available() and os.environ.get("LTR_CPU_KERNELS", "1") != "0" and not mkl_vendor.active()
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:

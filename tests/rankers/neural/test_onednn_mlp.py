@@ -14,7 +14,7 @@ from rankers import RankerModule
 from rankers.neural import onednn_mlp
 from rankers.scorers import MLPScorer
 
-pytestmark = pytest.mark.skipif(not onednn_mlp.enabled(), reason="no oneDNN linear op in this torch build")
+pytestmark = pytest.mark.skipif(not onednn_mlp.available(), reason="no oneDNN linear op in this torch build")
 
 
 def _grads(module: nn.Module, run) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -1,0 +1,115 @@
+"""kernels.mkl_vendor: where it applies, that it acts only before torch loads, and that MKL's
+AVX-512 kernels it unlocks compute the same products (against float64, in a fresh process)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels import mkl_vendor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+AMD = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n"
+INTEL = "vendor_id\t: GenuineIntel\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n"
+AMD_AVX2 = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 fma\n"
+
+
+@pytest.mark.parametrize(("cpuinfo", "expected"), [(AMD, True), (INTEL, False), (AMD_AVX2, False), ("", False)])
+def test_it_applies_to_amd_cpus_with_avx512_only(cpuinfo, expected):
+    assert mkl_vendor.amd_with_avx512(cpuinfo) is expected
+
+
+def test_it_is_off_when_the_environment_says_so(monkeypatch):
+    monkeypatch.setenv("LTR_MKL_VENDOR_SHIM", "0")
+    assert not mkl_vendor.wanted()
+
+
+def test_it_does_nothing_once_torch_is_loaded():
+    import torch  # noqa: F401  (loaded here, as in every test process)
+
+    assert not mkl_vendor.activate()
+    assert not mkl_vendor.active()
+
+
+def test_the_shim_answers_that_the_cpu_may_run_mkls_intel_paths():
+    library = mkl_vendor.KERNEL.load()
+    library.mkl_serv_intel_cpu_true.restype = ctypes.c_int
+    assert library.mkl_serv_intel_cpu_true() == 1
+
+
+def test_onednn_steps_aside_while_it_is_active(monkeypatch):
+    from rankers.neural import onednn_mlp
+
+    if not onednn_mlp.available():
+        pytest.skip("no oneDNN linear op in this torch build")
+    assert onednn_mlp.enabled()
+    monkeypatch.setattr(mkl_vendor, "_ACTIVE", True)
+    assert not onednn_mlp.enabled()
+
+
+# A fresh process: activate() first, then torch; every product an MLP's training makes (the forward,
+# the weight gradient g^T h from transposed views, the input gradient) against float64.
+PRODUCTS = """
+import json, sys
+from kernels import mkl_vendor
+active = mkl_vendor.activate()
+import torch
+from rankers.neural import onednn_mlp
+torch.manual_seed(0)
+errors = {}
+for n, i, o in [(6286, 136, 256), (6286, 256, 128), (333, 64, 1), (2048, 2048, 2048)]:
+    h, w, g = torch.randn(n, i), torch.randn(o, i), torch.randn(n, o)
+    products = {
+        "forward h W^T": (torch.nn.functional.linear(h, w), h.double() @ w.double().T),
+        "weight gradient g^T h": (g.t() @ h, g.double().T @ h.double()),
+        "input gradient g W": (g @ w, g.double() @ w.double()),
+    }
+    for name, (value, exact) in products.items():
+        scale = exact.abs().max().item()
+        errors[f"{name} {n}x{i}x{o}"] = (value.double() - exact).abs().max().item() / scale
+backends = {"onednn": onednn_mlp.enabled(), "available": onednn_mlp.available()}
+print(json.dumps({"active": active, **backends, "errors": errors}))
+"""
+
+
+def _products(**env: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", PRODUCTS],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not mkl_vendor.wanted(), reason="not an AMD CPU with AVX-512: MKL's own choice is its best here")
+def test_mkls_avx512_kernels_compute_the_same_products():
+    shim, plain = _products(), _products(LTR_MKL_VENDOR_SHIM="0")
+    assert shim["active"] and not plain["active"]
+    assert not shim["onednn"] and plain["onednn"] == plain["available"]  # oneDNN steps aside only with the shim
+    for name, error in shim["errors"].items():
+        # float32 products of these sizes: relative to the largest entry, within float32's rounding
+        assert error < 2e-6, (name, error, plain["errors"][name])
+
+
+@pytest.mark.skipif(not mkl_vendor.wanted(), reason="not an AMD CPU with AVX-512")
+def test_train_py_activates_it_before_torch_loads():
+    script = "import train\nfrom kernels import mkl_vendor\nprint(mkl_vendor.active())"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "True"
