@@ -32,7 +32,7 @@ from rankers.score import score_file
 TODAY = Path(__file__).resolve().parents[1]
 MEASURES = ("ndcg@10", "map")
 
-# run inside a checkout (cwd and sys.path[0]); the same call as bench.letor_peers.fit_ours
+# run inside a checkout (its directory first on the import path); the same call as bench.letor_peers.fit_ours
 FIT = """
 import sys
 from pathlib import Path
