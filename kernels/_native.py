@@ -49,6 +49,7 @@ class KernelSpec:
         directory: where the source and the installed library live (this package).
         global_symbols: open it with ``RTLD_GLOBAL``, so that libraries loaded after it resolve its
             symbols (``kernels.mkl_vendor``); the kernels proper keep theirs to themselves.
+        fallback: what runs without it (the warning says so).
     """
 
     name: str
@@ -57,6 +58,7 @@ class KernelSpec:
     ldflags: tuple[str, ...] = ()
     directory: Path = HERE
     global_symbols: bool = False
+    fallback: str = "the tensor path"
 
     @property
     def source(self) -> Path:
@@ -95,7 +97,7 @@ KERNELS: dict[str, KernelSpec] = {
             ("-O3", "-march=native", "-ffast-math", "-fopenmp"),
             ("-fopenmp",),
         ),
-        KernelSpec("mkl_vendor", "MKL vendor shim", ("-O2",), global_symbols=True),
+        KernelSpec("mkl_vendor", "MKL vendor shim", ("-O2",), global_symbols=True, fallback="MKL's own dispatch"),
     )
 }
 BASE_CFLAGS = ("-std=c++17", "-fPIC")
@@ -234,7 +236,7 @@ class NativeKernel:
             except Exception as error:  # no compiler, read-only cache: the tensor path still works
                 reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
                 warnings.warn(
-                    f"{self.label} unavailable, using the tensor path ({reason}); `python -m kernels.build` "
+                    f"{self.label} unavailable, using {self.spec.fallback} ({reason}); `python -m kernels.build` "
                     "shows the whole error",
                     stacklevel=3,
                 )

@@ -4,8 +4,10 @@ AVX-512 kernels it unlocks compute the same products (against float64, in a fres
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernels import mkl_vendor
+from kernels._native import NativeKernel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +62,7 @@ def test_onednn_steps_aside_while_it_is_active(monkeypatch):
 PRODUCTS = """
 import json, sys
 from kernels import mkl_vendor
+from kernels._native import NativeKernel
 active = mkl_vendor.activate()
 import torch
 from rankers.neural import onednn_mlp
@@ -113,3 +117,13 @@ def test_train_py_activates_it_before_torch_loads():
         check=True,
     )
     assert done.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_without_a_compiler_or_a_build_it_warns_that_mkl_keeps_its_own_dispatch(tmp_path, monkeypatch):
+    spec = mkl_vendor.KERNEL.spec
+    shutil.copy(spec.source, tmp_path / spec.source.name)
+    monkeypatch.setenv("LTR_KERNELS_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    kernel = NativeKernel(dataclasses.replace(spec, directory=tmp_path))
+    with pytest.warns(UserWarning, match="MKL vendor shim unavailable, using MKL's own dispatch"):
+        assert kernel.kernel() is None
