@@ -2,8 +2,8 @@
 
 Why it exists: PyTorch's x86 wheels do float32 matmuls (``nn.Linear``, ``torch.mm``) in MKL, and MKL
 asks ``mkl_serv_intel_cpu_true()`` before it picks a kernel: on an AMD CPU the answer is no and it
-runs a generic AVX2 path, whatever the CPU supports: on the 2-core AMD EPYC (AVX-512) of
-docs/benchmarks.md, at under half the rate of oneDNN's kernels on the same core
+runs a generic AVX2 path, whatever the CPU supports. On the 2-core AMD EPYC (AVX-512) of
+docs/benchmarks.md that is under half the rate of oneDNN's kernels on the same core
 (``python -m bench.mkl_vendor`` measures both ways in two processes). MKL's environment switches
 (``MKL_ENABLE_INSTRUCTIONS``, ``MKL_CBWR``, ``MKL_DEBUG_CPU_TYPE``) changed nothing there.
 
@@ -19,7 +19,7 @@ on Linux x86-64 AMD CPUs with AVX-512 (elsewhere MKL's own choice is already the
 ``LTR_MKL_VENDOR_SHIM=0`` turns it off. While it is active, ``rankers.neural.onednn_mlp`` steps
 aside: MKL then reads the transposed operands in place, and oneDNN's linear copies them first.
 
-This module imports neither torch nor the package, so that importing it loads neither.
+This module and ``kernels._native`` import nothing that loads torch.
 """
 
 from __future__ import annotations

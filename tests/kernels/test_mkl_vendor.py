@@ -127,3 +127,17 @@ def test_without_a_compiler_or_a_build_it_warns_that_mkl_keeps_its_own_dispatch(
     kernel = NativeKernel(dataclasses.replace(spec, directory=tmp_path))
     with pytest.warns(UserWarning, match="MKL vendor shim unavailable, using MKL's own dispatch"):
         assert kernel.kernel() is None
+
+
+def test_importing_it_does_not_load_torch():
+    # what lets train.py call activate() before torch: nothing it imports may load torch first
+    script = "import sys\nfrom kernels import mkl_vendor\nprint('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"
