@@ -3,9 +3,12 @@
     python -m bench.against_commit --commit e001d72 --train msn1.fold1.train.5k.txt \
         --models ranknet lambdarank --folds 5 --seeds 51 52
 
-Both versions train ``python train.py model=M data=letor data.train=FOLD data.test=FOLD seed=S`` at
-their own defaults (no validation file: each takes its own held-out share), each in its own process
-from its own checkout (``git worktree add`` of ``--commit`` into ``--workdir``, made once). Both
+Both versions train ``model=M data=letor data.train=FOLD data.test=FOLD seed=S`` at their own
+defaults through their own pipeline's entry, as ``bench.letor_peers`` does (no validation file: each
+takes its own held-out share), each in its own process from its own checkout (``git worktree add``
+of ``--commit``'s sha into ``--workdir``, made once; the process checks that it imported that
+checkout's code). A run is reused only for the same data, folds, seed, overrides and code (today's:
+HEAD and the uncommitted diff). Both
 exported scorers are scored here, by this checkout's reader, with trec_eval's measures
 (``bench.letor_peers.trec_metrics``), so the metric code is the same on both sides. Prints ndcg@10 and
 MAP per model and version, and the paired difference (today - then) with its standard error over the
@@ -17,6 +20,7 @@ Why a separate process per fit: the earlier commit's packages have the same name
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -38,6 +42,8 @@ import sys
 from pathlib import Path
 from hydra.utils import get_method
 from rankers.pipeline import compose_config
+import rankers.pipeline
+print("CODE", Path(rankers.pipeline.__file__).resolve().parents[1])
 model, train, test, seed, out, *extra = sys.argv[1:]
 quiet = ["callbacks.progress_bar.refresh_rate=0", "~logger"]
 overrides = [f"model={model}", "data=letor", f"data.train={train}", f"data.test={test}", f"seed={seed}"]
@@ -46,16 +52,31 @@ get_method(cfg.entry)(cfg)
 """
 
 
-def checkout(commit: str, workdir: Path) -> Path:
-    """A worktree of ``commit`` under ``workdir`` (made once, reused)."""
-    tree = workdir / f"checkout-{commit}"
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(TODAY), *args], check=True, capture_output=True, text=True).stdout
+
+
+def checkout(commit: str, workdir: Path) -> tuple[str, Path]:
+    """``commit``'s sha and a worktree of it under ``workdir`` (made once, reused: named by the sha)."""
+    sha = git("rev-parse", "--verify", f"{commit}^{{commit}}").strip()
+    tree = workdir / f"checkout-{sha[:12]}"
     if not (tree / "train.py").exists():
-        subprocess.run(["git", "-C", str(TODAY), "worktree", "add", "--detach", str(tree), commit], check=True)
-    return tree
+        git("worktree", "add", "--detach", str(tree), sha)
+    return sha, tree
+
+
+def code_of_today() -> str:
+    """HEAD and a hash of the uncommitted diff: today's side is the working tree."""
+    return git("rev-parse", "HEAD").strip() + hashlib.sha256(git("diff", "HEAD").encode()).hexdigest()[:12]
+
+
+def run_key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps([str(part) for part in parts]).encode()).hexdigest()[:12]
 
 
 def fit(repo: Path, model: str, files: dict[str, str], seed: int, out: Path, overrides: list[str]) -> Path:
-    """Train in ``repo``'s code; the exported TorchScript scorer's path."""
+    """Train in ``repo``'s code (refused if the process imported another checkout's); the exported
+    TorchScript scorer's path."""
     scorer = out / "export" / "scorer.pt"
     if not scorer.exists():
         args = [sys.executable, "-c", FIT, model, files["train"], files["test"], str(seed), str(out), *overrides]
@@ -64,6 +85,9 @@ def fit(repo: Path, model: str, files: dict[str, str], seed: int, out: Path, ove
         )
         if run.returncode:
             raise RuntimeError(f"{model} in {repo} failed:\n{run.stderr[-3000:]}")
+        imported = [line.split(" ", 1)[1] for line in run.stdout.splitlines() if line.startswith("CODE ")]
+        if imported != [str(repo.resolve())]:
+            raise RuntimeError(f"{model}: the run imported {imported}, not {repo}'s code")
     return scorer
 
 
@@ -78,25 +102,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commit", required=True, help="the earlier commit (any git revision)")
     parser.add_argument("--train", required=True)
     parser.add_argument("--models", nargs="+", default=["ranknet", "lambdarank"])
-    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--folds", type=int, default=5, help="at least 3 (a test, and training folds)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[51, 52])
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for both versions")
     parser.add_argument("--workdir", default="outputs/against_commit")
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args(argv)
+    if args.folds < 3:
+        parser.error(f"--folds {args.folds}: at least 3")
 
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    repos = {args.commit: checkout(args.commit, workdir), "today": TODAY}
+    sha, tree = checkout(args.commit, workdir)
+    repos = {args.commit: (tree, sha), "today": (TODAY, code_of_today())}
     data = read_letor(args.train)
-    triples = folds(data, args.folds, args.seeds[0], workdir, with_val=False)
+    content = hashlib.sha256(Path(args.train).read_bytes()).hexdigest()
+    setting = run_key(Path(args.train).resolve(), content, args.folds, args.seeds[0])
+    fold_dir = workdir / f"folds-{setting}"
+    fold_dir.mkdir(exist_ok=True)
+    triples = folds(data, args.folds, args.seeds[0], fold_dir, with_val=False)
     runs = []
     for f, files in enumerate(triples):
         test = read_letor(files["test"])
         for model in args.models:
             for seed in args.seeds:
-                for version, repo in repos.items():
-                    out = workdir / f"{version}-{model}-{seed}-fold{f}"
+                for version, (repo, code) in repos.items():
+                    key = run_key(setting, code, args.override)
+                    out = workdir / f"{version}-{model}-{seed}-fold{f}-{key}"
                     scores = score_file(fit(repo, model, files, seed, out, args.override), files["test"])[0]
                     runs.append(
                         {"fold": f, "seed": seed, "model": model, "version": version, **trec_metrics(test, scores)}

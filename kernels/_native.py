@@ -192,14 +192,16 @@ class NativeKernel:
         if not path.is_file():
             return None
         try:
-            library = ctypes.CDLL(
-                str(path), mode=ctypes.RTLD_GLOBAL if self.spec.global_symbols else ctypes.DEFAULT_MODE
-            )
+            library = ctypes.CDLL(str(path))  # local first: a stale build's symbols must not reach others
             stamp = library.ltr_kernel_hash
         except (OSError, AttributeError):  # truncated, foreign, or built before the hash existed
             return None
         stamp.restype = ctypes.c_char_p
-        return library if stamp().decode() == kernel_hash(self.spec) else None
+        if stamp().decode() != kernel_hash(self.spec):
+            return None
+        if self.spec.global_symbols:  # the same library, its symbols now visible to later loads
+            library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
+        return library
 
     def built(self) -> Path | None:
         """The library that ``load`` would use without compiling, or None."""

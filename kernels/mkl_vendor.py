@@ -3,7 +3,7 @@
 Why it exists: PyTorch's x86 wheels do float32 matmuls (``nn.Linear``, ``torch.mm``) in MKL, and MKL
 asks ``mkl_serv_intel_cpu_true()`` before it picks a kernel: on an AMD CPU the answer is no and it
 runs a generic AVX2 path, whatever the CPU supports. On the 2-core AMD EPYC (AVX-512) of
-docs/benchmarks.md that is under half the rate of oneDNN's kernels on the same core
+docs/benchmarks.md that is under half the rate MKL reaches with the shim, and below oneDNN's
 (``python -m bench.mkl_vendor`` measures both ways in two processes). MKL's environment switches
 (``MKL_ENABLE_INSTRUCTIONS``, ``MKL_CBWR``, ``MKL_DEBUG_CPU_TYPE``) changed nothing there.
 
@@ -16,14 +16,17 @@ summed in another order: equal to a float64 product within float32 rounding, as 
 
 Where it runs: ``train.py`` and ``bench/train_throughput.py`` call ``activate()`` first; it applies
 on Linux x86-64 AMD CPUs with AVX-512 (elsewhere MKL's own choice is already the CPU's best), and
-``LTR_MKL_VENDOR_SHIM=0`` turns it off. While it is active, ``rankers.neural.onednn_mlp`` steps
-aside: MKL then reads the transposed operands in place, and oneDNN's linear copies them first.
+``LTR_MKL_VENDOR_SHIM=0`` turns it off (``LTR_CPU_KERNELS`` does not: this is no kernel). While it is
+active (loaded, and MKL's own ``mkl_serv_cpu_detect()`` reports a CPU-specific path), the oneDNN MLP
+(``rankers.neural.onednn_mlp``) steps aside: MKL then reads the transposed operands in place, and
+oneDNN's linear copies them first.
 
 This module and ``kernels._native`` import nothing that loads torch.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import sys
@@ -32,7 +35,8 @@ from pathlib import Path
 from kernels._native import KERNELS, NativeKernel
 
 KERNEL = NativeKernel(KERNELS["mkl_vendor"])
-_ACTIVE = False
+_LOADED = False
+_CONFIRMED: bool | None = None  # MKL's detection, read once torch is loaded
 
 
 def amd_with_avx512(cpuinfo: str) -> bool:
@@ -60,14 +64,35 @@ def wanted() -> bool:
 
 
 def activate() -> bool:
-    """Load the shim where it is wanted and torch is not imported yet; whether it is active now."""
-    global _ACTIVE
-    if _ACTIVE or not wanted() or "torch" in sys.modules:
-        return _ACTIVE
-    _ACTIVE = KERNEL.kernel() is not None  # without a compiler: a warning, and MKL as it was
-    return _ACTIVE
+    """Load the shim where it is wanted and torch is not imported yet; whether it is loaded now."""
+    global _LOADED
+    if _LOADED or not wanted() or "torch" in sys.modules:
+        return _LOADED
+    _LOADED = KERNEL.kernel() is not None  # without a compiler: a warning, and MKL as it was
+    return _LOADED
 
 
 def active() -> bool:
-    """Whether this process's MKL takes its AVX-512 kernels through the shim."""
-    return _ACTIVE
+    """Whether this process's MKL takes its CPU-specific kernels through the shim: loaded, and (once
+    torch is) MKL's own detection says so, since a torch build that binds the symbol internally, or
+    has no MKL, would ignore it (and oneDNN's MLP should then keep running)."""
+    global _CONFIRMED
+    if not _LOADED:
+        return False
+    if _CONFIRMED is None and "torch" in sys.modules:
+        _CONFIRMED = mkl_cpu_type() > 0
+    return _CONFIRMED is not False
+
+
+def mkl_cpu_type() -> int:
+    """MKL's ``mkl_serv_cpu_detect()`` in the loaded libtorch: 0 for its generic path (any CPU it does
+    not treat as Intel's), above 0 for a CPU-specific one (7: AVX-512); 0 where torch has no such MKL."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    try:
+        detect = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")).mkl_serv_cpu_detect
+    except (OSError, AttributeError):
+        return 0
+    detect.restype = ctypes.c_int
+    return int(detect())

@@ -26,15 +26,25 @@ def test_the_paired_difference_is_the_mean_and_standard_error_of_the_differences
 def test_head_against_itself_differs_by_nothing(tmp_path, capsys):
     train = generate_letor(tmp_path, n_queries={"train": 12, "val": 2, "test": 2}, num_features=5, mean_docs=6)["train"]
     workdir, runs = tmp_path / "work", tmp_path / "runs.json"
+    head = subprocess.run(["git", "-C", str(TODAY), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    made = []
     try:
         main(
-            ["--commit", "HEAD", "--train", train, "--models", "listnet", "--folds", "3", "--seeds", "3",
+            ["--commit", head, "--train", train, "--models", "listnet", "--folds", "3", "--seeds", "3",
              "--override", "trainer.max_epochs=2", "--workdir", str(workdir), "--json", str(runs)]
         )  # fmt: skip
     finally:
-        subprocess.run(["git", "-C", str(TODAY), "worktree", "remove", "--force", str(workdir / "checkout-HEAD")])
+        made = sorted(tree.name for tree in workdir.glob("checkout-*"))
+        for tree in workdir.glob("checkout-*"):
+            subprocess.run(["git", "-C", str(TODAY), "worktree", "remove", "--force", str(tree)])
     figures = json.loads(runs.read_text())
-    assert len(figures) == 6 and {r["version"] for r in figures} == {"HEAD", "today"}
+    assert len(figures) == 6 and {r["version"] for r in figures} == {head, "today"}
     for then, now in zip(figures[0::2], figures[1::2], strict=True):
         assert then["fold"] == now["fold"] and then["ndcg@10"] == now["ndcg@10"]
     assert "| listnet | ndcg@10 |" in capsys.readouterr().out
+    assert made == [f"checkout-{head[:12]}"]  # the worktree is named by the sha, not the revision's name
+
+
+def test_fewer_than_three_folds_are_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--commit", "HEAD", "--train", str(tmp_path / "none.txt"), "--folds", "2"])

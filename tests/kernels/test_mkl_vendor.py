@@ -34,9 +34,10 @@ def test_it_is_off_when_the_environment_says_so(monkeypatch):
     assert not mkl_vendor.wanted()
 
 
-def test_it_does_nothing_once_torch_is_loaded():
+def test_it_does_nothing_once_torch_is_loaded(monkeypatch):
     import torch  # noqa: F401  (loaded here, as in every test process)
 
+    monkeypatch.setattr(mkl_vendor, "wanted", lambda: True)  # on any CPU: the torch check is what refuses
     assert not mkl_vendor.activate()
     assert not mkl_vendor.active()
 
@@ -47,14 +48,18 @@ def test_the_shim_answers_that_the_cpu_may_run_mkls_intel_paths():
     assert library.mkl_serv_intel_cpu_true() == 1
 
 
-def test_onednn_steps_aside_while_it_is_active(monkeypatch):
+@pytest.mark.parametrize(("mkl_took_it", "onednn_runs"), [(True, False), (False, True)])
+def test_onednn_steps_aside_only_where_mkl_took_the_shims_answer(monkeypatch, mkl_took_it, onednn_runs):
     from rankers.neural import onednn_mlp
 
     if not onednn_mlp.available():
         pytest.skip("no oneDNN linear op in this torch build")
-    assert onednn_mlp.enabled()
-    monkeypatch.setattr(mkl_vendor, "_ACTIVE", True)
-    assert not onednn_mlp.enabled()
+    monkeypatch.delenv("LTR_CPU_KERNELS", raising=False)
+    assert onednn_mlp.enabled()  # this process loaded torch first: no shim
+    monkeypatch.setattr(mkl_vendor, "_LOADED", True)
+    monkeypatch.setattr(mkl_vendor, "_CONFIRMED", None)
+    monkeypatch.setattr(mkl_vendor, "mkl_cpu_type", lambda: 7 if mkl_took_it else 0)
+    assert onednn_mlp.enabled() is onednn_runs
 
 
 # A fresh process: activate() first, then torch; every product an MLP's training makes (the forward,
@@ -79,15 +84,17 @@ for n, i, o in [(6286, 136, 256), (6286, 256, 128), (333, 64, 1), (2048, 2048, 2
         scale = exact.abs().max().item()
         errors[f"{name} {n}x{i}x{o}"] = (value.double() - exact).abs().max().item() / scale
 backends = {"onednn": onednn_mlp.enabled(), "available": onednn_mlp.available()}
-print(json.dumps({"active": active, **backends, "errors": errors}))
+backends["mkl_cpu_type"] = mkl_vendor.mkl_cpu_type()
+print(json.dumps({"active": active and mkl_vendor.active(), **backends, "errors": errors}))
 """
 
 
 def _products(**env: str) -> dict:
+    inherited = {name: value for name, value in os.environ.items() if name != "LTR_CPU_KERNELS"}
     done = subprocess.run(
         [sys.executable, "-c", PRODUCTS],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        env={**inherited, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,
         check=True,
@@ -99,6 +106,7 @@ def _products(**env: str) -> dict:
 def test_mkls_avx512_kernels_compute_the_same_products():
     shim, plain = _products(), _products(LTR_MKL_VENDOR_SHIM="0")
     assert shim["active"] and not plain["active"]
+    assert shim["mkl_cpu_type"] > 0 and plain["mkl_cpu_type"] == 0  # MKL's own detection: the shim took
     assert not shim["onednn"] and plain["onednn"] == plain["available"]  # oneDNN steps aside only with the shim
     for name, error in shim["errors"].items():
         # float32 products of these sizes: relative to the largest entry, within float32's rounding

@@ -97,3 +97,24 @@ def test_setup_py_builds_every_kernel_as_the_loader_expects(tmp_path):
         shutil.copy(spec.source, here.source)
         kernel = NativeKernel(here)
         assert kernel.load() is not None and kernel.origin == f"package: {package_library(here)}", spec.name
+
+
+def test_a_global_library_exports_its_symbols_only_once_its_hash_is_checked(tmp_path, monkeypatch):
+    """``global_symbols``: a stale build is opened locally and refused, so its symbols never reach the
+    libraries loaded after it; the matching build's do."""
+    symbol = f"ltr_probe_{tmp_path.name.replace('-', '_')}"
+    source = tmp_path / "probe.cpp"
+    body = (
+        f'extern "C" {{ const char* ltr_kernel_hash() {{ return LTR_KERNEL_HASH; }} int {symbol}() {{ return 1; }} }}\n'
+    )
+    source.write_text(body)
+    monkeypatch.setenv("LTR_KERNELS_DIR", str(tmp_path / "cache"))
+    spec = _native.KernelSpec("probe", "probe", ("-O0",), directory=tmp_path, global_symbols=True)
+    stale_path = cache_library(spec)
+    _native.compile_library(spec, stale_path)  # built, not loaded; then the source moves on
+    source.write_text(body + "// edited\n")
+    assert NativeKernel(spec)._open(stale_path) is None
+    with pytest.raises(AttributeError):
+        getattr(ctypes.CDLL(None), symbol)  # the process's global scope
+    NativeKernel(spec).load()
+    assert getattr(ctypes.CDLL(None), symbol)() == 1
