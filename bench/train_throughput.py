@@ -54,7 +54,7 @@ if __name__ == "__main__" and not __package__:
 
 from kernels import mkl_vendor
 
-MKL_AVX512 = mkl_vendor.activate()  # before torch is loaded, as train.py: MKL's AVX-512 kernels on AMD CPUs
+mkl_vendor.activate()  # before torch is loaded, as train.py: MKL's AVX-512 kernels on AMD CPUs
 
 import numpy as np
 import pytorch_lightning as pl
@@ -294,7 +294,7 @@ def throughput_table(args: argparse.Namespace) -> None:
         f"# data: {data.num_queries} queries, {len(data.labels):,} documents, {data.num_features} features; "
         f"batch {args.batch_size} queries; {epoch_batches} batches an epoch"
     )
-    print(f"# MKL: {'AVX-512 kernels (kernels.mkl_vendor)' if MKL_AVX512 else 'its own dispatch'}")
+    print(f"# MKL: {'AVX-512 kernels (kernels.mkl_vendor)' if mkl_vendor.active() else 'its own dispatch'}")
     print(f"# compute floor: {per_doc:,} FLOP a document (MLP 136-256-128-64-1 forward + backward) / peak matmul")
     print(
         "| device | batches from | dtype | timed batches | documents/s | one epoch (s) | peak GFLOP/s | "
@@ -306,7 +306,7 @@ def throughput_table(args: argparse.Namespace) -> None:
         batches = min(args.batches or (100 if device == "cuda" else 40), epoch_batches - args.warmup)
         rows = [("loader", Row("loader")), ("resident", Row("resident"))]
         if device == "cpu" and onednn_mlp.available():
-            other = "onednn" if MKL_AVX512 else "mkl"  # the backend the resident row does not use
+            other = "onednn" if mkl_vendor.active() else "mkl"  # the backend the resident row does not use
             rows.append((other, Row("resident", mlp=other)))
         rows += [("fast", path) for path in fast_rows(args, device)]
         reference = None
