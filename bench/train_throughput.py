@@ -5,6 +5,7 @@
     python bench/train_throughput.py --device cpu --profile      # where a batch's time goes, on CPU
     python bench/train_throughput.py --device cpu --profile --ops 12 --threads 1   # and by operator
     python bench/train_throughput.py --quality --epochs 4        # validation ndcg@10, standard vs fast path
+    python bench/train_throughput.py --ablations                 # CPU: the resident row against changes not kept
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
 labels 0-4, made in memory (no text round trip). Model: MLP 136-256-128-64-1 with LambdaRank@10 and
@@ -167,10 +168,14 @@ class Throughput(pl.Callback):
 @dataclass
 class Row:
     """One row's settings: ``mode`` loader / resident / fast; ``mlp``: the MLP's backend on CPU (``default``:
-    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``nn.Linear``)."""
+    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``nn.Linear``);
+    ``steps_per_batch`` (resident rows, ``--ablations``): optimizer steps a Lightning step through
+    ``model.step_graphs`` (eager on CPU); ``step_log``: False drops the per-step loss logging."""
 
     mode: str
     mlp: str = "default"
+    steps_per_batch: int = 1
+    step_log: bool = True
     fast_batch: int = 256
     lr_power: float = LR_POWER
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
@@ -188,12 +193,14 @@ class Row:
 
 
 @contextlib.contextmanager
-def mlp_backend(mlp: str) -> Iterator[None]:
-    """``mkl``: the oneDNN MLP off, so ``nn.Linear`` (MKL) runs the matmuls; ``onednn``: on."""
-    if mlp == "default":
-        yield
-        return
-    with mock.patch.object(onednn_mlp, "enabled", lambda: mlp == "onednn"):
+def row_patches(path: Row) -> Iterator[None]:
+    """The row's switches that are not options: the MLP's backend (``mkl``: the oneDNN MLP off, so
+    ``nn.Linear`` runs the matmuls; ``onednn``: on) and, without ``step_log``, no per-step loss logging."""
+    with contextlib.ExitStack() as stack:
+        if path.mlp != "default":
+            stack.enter_context(mock.patch.object(onednn_mlp, "enabled", lambda: path.mlp == "onednn"))
+        if not path.step_log:
+            stack.enter_context(mock.patch.object(RankerModule, "_log_train_loss", lambda *args: None))
         yield
 
 
@@ -206,7 +213,7 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
         max_list_length=None,
         device_resident=path.mode != "loader",
         pad_multiple=256 if path.fast and cuda else 1,
-        steps_per_batch=STEPS_PER_BATCH if path.fast and cuda else 1,
+        steps_per_batch=STEPS_PER_BATCH if path.fast and cuda else path.steps_per_batch,
         bucket_by_length=True,
         seed=seed,
     )
@@ -217,7 +224,7 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
         partial(torch.optim.Adam, lr=path.lr(batch), fused=path.fast),
         n_features=data.num_features,
         normalizer=datamodule.build_normalizer(),
-        step_graphs=path.fast and cuda,
+        step_graphs=(path.fast and cuda) or path.steps_per_batch > 1,
         step_loss_in_progress_bar=False if path.fast else None,
     )
     return datamodule, model
@@ -240,9 +247,10 @@ def trainer_for(device: str, path: Row, **options) -> pl.Trainer:
 def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batch: int) -> tuple[float, int]:
     """Documents per second and timed batches of one row."""
     datamodule, model = build(data, data.subset(np.arange(2)), device, path, batch)
-    scale = batch / path.batch_size(batch)  # the fast row times the same number of queries
+    # the fast and grouped rows time the same number of queries (a Lightning batch: several of 64)
+    scale = batch / path.batch_size(batch) / path.steps_per_batch
     whole_epoch = path.fast and device == "cuda"  # compiling happens in epoch 0; epoch 1 is timed whole
-    warm = max(2, math.ceil(warmup * scale)) if path.fast else warmup
+    warm = max(2, math.ceil(warmup * scale)) if scale < 1 else warmup
     timed = max(1, math.ceil(batches * scale))
     meter = Throughput(0 if whole_epoch else warm, epoch=1 if whole_epoch else 0)
     trainer = trainer_for(
@@ -253,7 +261,7 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
         limit_val_batches=0,
         callbacks=[meter],
     )
-    with mlp_backend(path.mlp):
+    with row_patches(path):
         trainer.fit(model, datamodule=datamodule)
     runner = model._runner
     if runner is not None:  # whether the steps were graphs: a failed capture falls back to eager steps
@@ -493,6 +501,30 @@ def quality(args: argparse.Namespace) -> None:
             )
 
 
+def ablations(args: argparse.Namespace) -> None:
+    """The resident row against changes measured and not kept, in alternating pairs in one process
+    (the VM's neighbours move whole-table runs by more than these differences)."""
+    data = mslr_like(args.queries)
+    variants = {
+        "no per-step loss logging": Row("resident", step_log=False),
+        f"{STEPS_PER_BATCH} optimizer steps a Lightning step (step_graphs, eager on CPU)": Row(
+            "resident", steps_per_batch=STEPS_PER_BATCH
+        ),
+    }
+    print(f"# machine: {machine()}; MKL: {'AVX-512 kernels' if mkl_vendor.active() else 'its own dispatch'}")
+    print("| change | pair | resident row (documents/s) | with the change | change |\n|---|---:|---:|---:|---:|")
+    for name, variant in variants.items():
+        changes = []
+        for pair in range(args.pairs):
+            base = run(data, "cpu", Row("resident"), args.batches or 80, args.warmup, args.batch_size)[0]
+            changed = run(data, "cpu", variant, args.batches or 80, args.warmup, args.batch_size)[0]
+            changes.append(changed / base - 1)
+            print(f"| {name} | {pair + 1} | {base:,.0f} | {changed:,.0f} | {changes[-1]:+.1%} |", flush=True)
+        if len(changes) > 1:
+            error = statistics.stdev(changes) / math.sqrt(len(changes))
+            print(f"| {name} | mean ± s.e. | | | {statistics.mean(changes):+.1%} ± {error:.1%} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="cuda: CPU rows too")
@@ -517,6 +549,8 @@ def main() -> None:
     )
     parser.add_argument("--lr-power", type=float, default=LR_POWER, help="fast rows: lr x (batch / 64) ** this")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--ablations", action="store_true", help="CPU: the resident row against changes not kept")
+    parser.add_argument("--pairs", type=int, default=3, help="--ablations: alternating pairs per change")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -524,6 +558,8 @@ def main() -> None:
         parser.error("--device cuda: no CUDA device here")
     if args.profile:
         profile(args)
+    elif args.ablations:
+        ablations(args)
     elif args.quality:
         quality(args)
     else:
