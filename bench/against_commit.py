@@ -85,10 +85,16 @@ def fit(repo: Path, model: str, files: dict[str, str], seed: int, out: Path, ove
         )
         if run.returncode:
             raise RuntimeError(f"{model} in {repo} failed:\n{run.stderr[-3000:]}")
-        imported = [line.split(" ", 1)[1] for line in run.stdout.splitlines() if line.startswith("CODE ")]
-        if imported != [str(repo.resolve())]:
-            raise RuntimeError(f"{model}: the run imported {imported}, not {repo}'s code")
+        check_imported(run.stdout, repo)
     return scorer
+
+
+def check_imported(stdout: str, repo: Path) -> None:
+    """Raise unless the fit's ``CODE`` line names ``repo``: a run that imported another checkout's
+    packages (an installed copy, a stray path) would compare that code instead."""
+    imported = [line.split(" ", 1)[1] for line in stdout.splitlines() if line.startswith("CODE ")]
+    if imported != [str(repo.resolve())]:
+        raise RuntimeError(f"the run imported {imported or 'nothing it named'}, not {repo}'s code")
 
 
 def paired(today: list[float], then: list[float]) -> str:

@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from bench.against_commit import TODAY, main, paired
+from bench.against_commit import TODAY, check_imported, fit, main, paired
 from datamodules.synthetic import generate_letor
 
 
@@ -48,3 +48,17 @@ def test_head_against_itself_differs_by_nothing(tmp_path, capsys):
 def test_fewer_than_three_folds_are_refused(tmp_path):
     with pytest.raises(SystemExit):
         main(["--commit", "HEAD", "--train", str(tmp_path / "none.txt"), "--folds", "2"])
+
+
+@pytest.mark.parametrize("stdout", ["", "CODE /elsewhere\n", "CODE {repo}\nCODE /elsewhere\n"])
+def test_a_fit_that_imported_other_code_is_refused(tmp_path, stdout):
+    with pytest.raises(RuntimeError, match=r"not .* code"):
+        check_imported(stdout.format(repo=tmp_path.resolve()), tmp_path)
+    check_imported(f"Seed set\nCODE {tmp_path.resolve()}\n", tmp_path)  # its own checkout: accepted
+
+
+def test_a_fit_that_fails_says_which_model_and_shows_its_error(tmp_path):
+    train = generate_letor(tmp_path, n_queries={"train": 12, "val": 2, "test": 2}, num_features=5, mean_docs=6)["train"]
+    files = {"train": train, "test": train}
+    with pytest.raises(RuntimeError, match=r"(?s)no_such_model in .* failed:.*no_such_model"):
+        fit(TODAY, "no_such_model", files, 0, tmp_path / "out", [])

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -89,17 +90,23 @@ print(json.dumps({"active": active and mkl_vendor.active(), **backends, "errors"
 """
 
 
-def _products(**env: str) -> dict:
+def _last_line(script: str, **env: str) -> str:
+    """The last line a fresh interpreter prints running ``script`` from the repository root
+    (``LTR_CPU_KERNELS`` not inherited: the backends are what these tests look at)."""
     inherited = {name: value for name, value in os.environ.items() if name != "LTR_CPU_KERNELS"}
     done = subprocess.run(
-        [sys.executable, "-c", PRODUCTS],
+        [sys.executable, "-c", script],
         cwd=ROOT,
         env={**inherited, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,
         check=True,
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _products(**env: str) -> dict:
+    return json.loads(_last_line(PRODUCTS, **env))
 
 
 @pytest.mark.skipif(not mkl_vendor.wanted(), reason="not an AMD CPU with AVX-512: MKL's own choice is its best here")
@@ -115,16 +122,7 @@ def test_mkls_avx512_kernels_compute_the_same_products():
 
 @pytest.mark.skipif(not mkl_vendor.wanted(), reason="not an AMD CPU with AVX-512")
 def test_train_py_activates_it_before_torch_loads():
-    script = "import train\nfrom kernels import mkl_vendor\nprint(mkl_vendor.active())"
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert done.stdout.strip().splitlines()[-1] == "True"
+    assert _last_line("import train\nfrom kernels import mkl_vendor\nprint(mkl_vendor.active())") == "True"
 
 
 def test_without_a_compiler_or_a_build_it_warns_that_mkl_keeps_its_own_dispatch(tmp_path, monkeypatch):
@@ -139,13 +137,16 @@ def test_without_a_compiler_or_a_build_it_warns_that_mkl_keeps_its_own_dispatch(
 
 def test_importing_it_does_not_load_torch():
     # what lets train.py call activate() before torch: nothing it imports may load torch first
-    script = "import sys\nfrom kernels import mkl_vendor\nprint('torch' in sys.modules)"
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert done.stdout.strip() == "False"
+    assert _last_line("import sys\nfrom kernels import mkl_vendor\nprint('torch' in sys.modules)") == "False"
+
+
+def test_mkl_cpu_type_is_0_where_torch_has_no_such_mkl(tmp_path, monkeypatch):
+    """A torch whose libtorch_cpu cannot be opened (or exports no ``mkl_serv_cpu_detect``): 0, so the
+    shim is not taken to be active and oneDNN's MLP keeps running."""
+    fake = types.ModuleType("torch")
+    fake.__file__ = str(tmp_path / "torch" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert mkl_vendor.mkl_cpu_type() == 0
+    monkeypatch.setattr(mkl_vendor, "_LOADED", True)
+    monkeypatch.setattr(mkl_vendor, "_CONFIRMED", None)
+    assert not mkl_vendor.active()
