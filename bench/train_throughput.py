@@ -15,7 +15,8 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
 * device-resident gather: the split on the device, one gather per batch (``data.device_resident``);
 * on CPU, the same with the MLP through the other backend: oneDNN (``rankers.neural.onednn_mlp``) where
   MKL runs its AVX-512 kernels (``kernels.mkl_vendor``, activated here as ``train.py`` does; the
-  resident row then runs ``nn.Linear`` through MKL), else ``nn.Linear`` (MKL's AVX2 path on AMD);
+  resident row then runs the MLP through MKL in reused buffers, ``rankers.neural.mkl_mlp``), else
+  that MKL path (MKL's AVX2 kernels on AMD);
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
   the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256 (float32,
   ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA graph and 16
@@ -168,7 +169,7 @@ class Throughput(pl.Callback):
 @dataclass
 class Row:
     """One row's settings: ``mode`` loader / resident / fast; ``mlp``: the MLP's backend on CPU (``default``:
-    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``nn.Linear``);
+    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``rankers.neural.mkl_mlp``);
     ``steps_per_batch`` (resident rows, ``--ablations``): optimizer steps a Lightning step through
     ``model.step_graphs`` (eager on CPU); ``step_log``: False drops the per-step loss logging."""
 
@@ -195,7 +196,7 @@ class Row:
 @contextlib.contextmanager
 def row_patches(path: Row) -> Iterator[None]:
     """The row's switches that are not options: the MLP's backend (``mkl``: the oneDNN MLP off, so
-    ``nn.Linear`` runs the matmuls; ``onednn``: on) and, without ``step_log``, no per-step loss logging."""
+    ``rankers.neural.mkl_mlp`` runs the matmuls; ``onednn``: on) and, without ``step_log``, no per-step loss logging."""
     with contextlib.ExitStack() as stack:
         if path.mlp != "default":
             stack.enter_context(mock.patch.object(onednn_mlp, "enabled", lambda: path.mlp == "onednn"))
@@ -283,7 +284,7 @@ def names(
     return {
         "loader": "DataLoader + collate (reference)",
         "resident": "device-resident gather",
-        "mkl": "device-resident gather, MLP through nn.Linear (MKL, AVX2 on AMD)",
+        "mkl": "device-resident gather, MLP through MKL (`mkl_mlp`; AVX2 kernels on AMD)",
         "onednn": "device-resident gather, MLP through oneDNN (`onednn_mlp`)",
         "fast": fast,
     }
@@ -436,8 +437,8 @@ def _pieces(
 
     for _ in range(warmup + batches):
         batch = timed("gather the batch (device-resident)", partial(next, iterator))
-        features = timed("normalize (z-score)", partial(model.normalizer, batch["features"], batch["mask"]))
-        scores = timed("MLP forward", partial(model._training_members, features))[..., 0]
+        members = partial(model._training_members, batch["features"], batch["mask"])
+        scores = timed("normalize (z-score) and MLP forward", members)[..., 0]
         loss = timed(
             "LambdaRank@10 loss and lambdas (C++ kernel)",
             partial(lambdarank_loss, scores, batch["labels"], batch["mask"], k=10),

@@ -24,6 +24,8 @@ class FeatureNormalizer(nn.Module):
     * ``log1p``: ``sign(x) * log1p(|x|)``, for heavy-tailed counts (MSLR, Istella).
     """
 
+    WRITES_INTO = ("none", "zscore")  # the kinds normalize_into writes
+
     def __init__(
         self, kind: str = "none", mean: Tensor | None = None, std: Tensor | None = None, num_features: int = 0
     ) -> None:
@@ -45,6 +47,19 @@ class FeatureNormalizer(nn.Module):
         std = features.std(0, dtype=np.float64)
         std[std < 1e-12] = 1.0  # a constant feature stays finite (becomes 0)
         return cls(kind, torch.from_numpy(mean).float(), torch.from_numpy(std).float())
+
+    def normalize_into(self, features: Tensor, mask: Tensor | None, out: Tensor) -> Tensor | None:
+        """``forward(features, mask)`` written into ``out`` (the features' shape and dtype), the same
+        values without allocating a tensor, for ``none`` and ``zscore``; None for the other kinds."""
+        if self.kind not in self.WRITES_INTO:
+            return None
+        if mask is None:
+            out.copy_(features)
+        else:  # as forward: padded entries (NaN, inf, anything) become 0 first
+            torch.where(mask.unsqueeze(-1), features, features.new_zeros(()), out=out)
+        if self.kind == "zscore":
+            out.sub_(self.mean).div_(self.std)
+        return out
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         if mask is not None:

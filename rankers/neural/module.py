@@ -16,7 +16,7 @@ from datamodules.batching import Batch
 from datamodules.normalization import FeatureNormalizer
 from metrics import best_metric, ranking_metrics
 from rankers.export import export_scorer
-from rankers.neural import onednn_mlp
+from rankers.neural import mkl_mlp, onednn_mlp
 from rankers.neural.step_graphs import StepRunner, make_capturable
 from rankers.scorers import combined_scores, holds_looped_members, member_count, member_scores
 
@@ -175,6 +175,7 @@ class RankerModule(PassLimit, pl.LightningModule):
         self.step_loss_in_progress_bar = step_loss_in_progress_bar
         self.automatic_optimization = not step_graphs
         self._runner: StepRunner | None = None
+        self._workspace = mkl_mlp.Workspace()  # the MKL MLP path's buffers (rankers.neural.mkl_mlp)
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """Raw features ``[B, L, F]`` (mask ``[B, L]``) -> scores ``[B, L]``."""
@@ -191,16 +192,30 @@ class RankerModule(PassLimit, pl.LightningModule):
 
     def _loss_of(self, features: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The training loss of a batch (forward and backward); what ``compile`` compiles."""
-        return self._members_loss(self._training_members(self.normalizer(features, mask)), labels, mask)
+        return self._members_loss(self._training_members(features, mask), labels, mask)
 
-    def _training_members(self, features: Tensor) -> Tensor:
-        """``member_scores`` for training: a plain MLP on CPU in float32 runs through oneDNN
-        (``rankers.neural.onednn_mlp``: the same values and gradients, a faster matmul), anything
-        else through the scorer itself. ``[B, L, F] -> [B, L, K]``."""
-        layers = onednn_mlp.applies(self.scorer, features) if torch.is_grad_enabled() else None
-        if layers is not None:
-            return onednn_mlp.mlp_scores(layers, features).unsqueeze(-1)
-        return member_scores(self.scorer, features)
+    def _training_members(self, features: Tensor, mask: Tensor) -> Tensor:
+        """``member_scores`` of raw features for training. A plain MLP on CPU in float32 runs through
+        oneDNN (``rankers.neural.onednn_mlp``) or, where MKL runs its AVX-512 kernels, through MKL in
+        the module's reused buffers (``rankers.neural.mkl_mlp``): the same values and gradients as
+        the scorer's own, faster. Anything else runs through the scorer. ``[B, L, F] -> [B, L, K]``."""
+        if torch.is_grad_enabled():
+            layers = onednn_mlp.applies(self.scorer, features)
+            if layers is not None:
+                return onednn_mlp.mlp_scores(layers, self.normalizer(features, mask)).unsqueeze(-1)
+            layers = mkl_mlp.applies(self.scorer, features)
+            if layers is not None:
+                normalized = self._normalized_in_workspace(features, mask)
+                return mkl_mlp.mlp_scores(layers, normalized, self._workspace).unsqueeze(-1)
+        return member_scores(self.scorer, self.normalizer(features, mask))
+
+    def _normalized_in_workspace(self, features: Tensor, mask: Tensor) -> Tensor:
+        """``normalizer(features, mask)``, written into a workspace buffer where the normalizer can."""
+        normalizer = self.normalizer
+        if type(normalizer) is not FeatureNormalizer or normalizer.kind not in normalizer.WRITES_INTO:
+            return normalizer(features, mask)
+        out = self._workspace.rows("input", features.shape[:-1].numel(), features.shape[-1])
+        return normalizer.normalize_into(features, mask, out.view(features.shape))
 
     def _members_loss(self, members: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The loss of the members' scores ``[B, L, K]``. The K members are stacked along the batch

@@ -72,9 +72,15 @@ def plain_layers(scorer: nn.Module) -> list[nn.Linear] | None:
 
 
 def applies(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | None:
-    """The layers to run through ``MLPFunction`` for ``features``, or None where the generic path runs:
+    """The layers to run through ``MLPFunction`` for ``features``, or None where another path runs:
     off, not a plain MLP, not float32 on CPU, autocast on, or inside ``torch.compile``."""
-    if not enabled() or features.device.type != "cpu" or features.dtype != torch.float32:
+    return plain_mlp_on_cpu(scorer, features) if enabled() else None
+
+
+def plain_mlp_on_cpu(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | None:
+    """The Linear layers of a plain MLP scorer (``plain_layers``) training in float32 on CPU on
+    ``features``, without autocast or ``torch.compile``, else None: what a CPU MLP path may run."""
+    if features.device.type != "cpu" or features.dtype != torch.float32:
         return None
     if torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling():
         return None

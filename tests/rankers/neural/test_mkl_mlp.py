@@ -1,0 +1,149 @@
+"""The MKL MLP path (``rankers.neural.mkl_mlp``) against autograd through the same ``nn.Sequential``."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from functools import partial
+
+import pytest
+import torch
+from torch import nn
+
+from datamodules.normalization import FeatureNormalizer
+from losses import lambdarank_loss, ranknet_loss
+from rankers import RankerModule
+from rankers.neural import mkl_mlp, onednn_mlp
+from rankers.scorers import MLPScorer
+
+
+def _grads(module: nn.Module, run) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    module.zero_grad(set_to_none=True)
+    value = run()
+    value.backward()
+    return value.detach(), [p.grad.clone() for p in module.parameters()]
+
+
+@pytest.mark.parametrize("hidden", [(), (7,), (256, 128, 64)])
+def test_values_and_gradients_equal_autograd(hidden):
+    torch.manual_seed(0)
+    scorer = MLPScorer(13, hidden=hidden)
+    layers = onednn_mlp.plain_layers(scorer)
+    features, weights = torch.randn(5, 11, 13), torch.randn(5, 11)
+    workspace = mkl_mlp.Workspace()
+    fast_value, fast = _grads(scorer, lambda: (mkl_mlp.mlp_scores(layers, features, workspace) * weights).sum())
+    ref_value, ref = _grads(scorer, lambda: (scorer(features) * weights).sum())
+    torch.testing.assert_close(fast_value, ref_value, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fast, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert len(workspace) == 2 * len(hidden)  # each hidden layer's output and its gradient
+
+
+def test_input_gradient_when_the_input_needs_one():
+    torch.manual_seed(1)
+    scorer = MLPScorer(6, hidden=(8, 4))
+    features = torch.randn(9, 6, requires_grad=True)
+    mkl_mlp.mlp_scores(onednn_mlp.plain_layers(scorer), features, mkl_mlp.Workspace()).square().sum().backward()
+    fast, features.grad = features.grad.clone(), None
+    scorer(features).square().sum().backward()
+    torch.testing.assert_close(fast, features.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_buffers_are_reused_and_grown_across_steps_of_any_size():
+    """Steps of 40, 25 and 90 rows through one workspace: each equals autograd, the 25-row step
+    reuses the 40-row buffers (same storage), the 90-row step grows them."""
+    torch.manual_seed(2)
+    scorer = MLPScorer(5, hidden=(16, 8))
+    layers, workspace = onednn_mlp.plain_layers(scorer), mkl_mlp.Workspace()
+    storages = []
+    for rows in (40, 25, 90):
+        features, weights = torch.randn(rows, 5), torch.randn(rows)
+        _, fast = _grads(scorer, lambda: (mkl_mlp.mlp_scores(layers, features, workspace) * weights).sum())
+        _, ref = _grads(scorer, lambda: (scorer(features) * weights).sum())
+        for a, b in zip(fast, ref, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        storages.append(workspace.rows("hidden0", 1, 16).data_ptr())
+    assert storages[0] == storages[1] != storages[2]
+
+
+def test_a_second_forward_before_the_backward_is_refused_not_wrong():
+    """The second forward overwrites the buffers the first one saved: autograd's version check
+    refuses the first backward rather than returning gradients of the second batch."""
+    scorer = MLPScorer(4, hidden=(8,))
+    layers, workspace = onednn_mlp.plain_layers(scorer), mkl_mlp.Workspace()
+    first = mkl_mlp.mlp_scores(layers, torch.randn(6, 4), workspace).sum()
+    mkl_mlp.mlp_scores(layers, torch.randn(6, 4), workspace).sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.backward()
+
+
+def test_copies_of_a_module_start_with_an_empty_workspace():
+    workspace = mkl_mlp.Workspace()
+    workspace.rows("hidden0", 10, 3)
+    assert len(copy.deepcopy(workspace)) == 0
+    assert len(pickle.loads(pickle.dumps(workspace))) == 0
+
+
+@pytest.mark.parametrize("kind", ["none", "zscore"])
+def test_normalize_into_writes_what_forward_returns(kind):
+    torch.manual_seed(3)
+    normalizer = FeatureNormalizer(kind, torch.randn(6) * 100, torch.rand(6) + 0.5)
+    features = torch.randn(3, 7, 6) * 1000 + 5000  # raw, large offsets: the same arithmetic, bit for bit
+    mask = torch.arange(7) < torch.tensor([7, 2, 0])[:, None]
+    features[~mask] = float("nan")
+    out = torch.empty_like(features)
+    assert normalizer.normalize_into(features, mask, out) is out
+    assert torch.equal(out, normalizer(features, mask))
+    assert torch.equal(normalizer.normalize_into(features[:1], None, out[:1]), normalizer(features[:1]))
+
+
+def test_normalize_into_declines_the_kinds_it_does_not_write():
+    for kind in ("log1p", "query_zscore"):
+        normalizer = FeatureNormalizer(kind, num_features=3)
+        assert normalizer.normalize_into(torch.ones(1, 2, 3), None, torch.empty(1, 2, 3)) is None
+
+
+@pytest.mark.parametrize("kind", ["zscore", "none", "log1p"])
+@pytest.mark.parametrize("loss", [partial(lambdarank_loss, k=10), ranknet_loss])
+def test_training_loss_equals_the_generic_path_and_padding_never_leaks(loss, kind, monkeypatch):
+    """The module's training loss through the MKL path (oneDNN's set aside) and through the generic
+    path (``LTR_CPU_KERNELS=0``: the loss kernel is off in both), over two steps so that the second
+    reuses the first's buffers; padded entries hold NaN and inf, and nothing non-finite comes out."""
+    monkeypatch.setattr(onednn_mlp, "enabled", lambda: False)
+    torch.manual_seed(4)
+    model = RankerModule(
+        partial(MLPScorer, hidden=(32, 16)),
+        loss,
+        partial(torch.optim.Adam),
+        n_features=6,
+        normalizer=FeatureNormalizer(kind, torch.randn(6), torch.rand(6) + 0.5),
+    )
+    for step in range(2):
+        features = torch.randn(4, 20, 6) + step
+        labels = torch.randint(0, 5, (4, 20)).float()
+        mask = torch.arange(20) < torch.tensor([20, 13, 1, 0])[:, None]
+        features[~mask] = float("nan")
+        features[~mask & (torch.arange(20) % 2 == 0)] = float("inf")
+        labels[~mask] = float("nan")
+        monkeypatch.setenv("LTR_CPU_KERNELS", "1")
+        assert mkl_mlp.applies(model.scorer, features) is not None
+        fast_value, fast = _grads(model, lambda: model._loss_of(features, labels, mask))
+        monkeypatch.setenv("LTR_CPU_KERNELS", "0")
+        assert mkl_mlp.applies(model.scorer, features) is None
+        ref_value, ref = _grads(model, lambda: model._loss_of(features, labels, mask))
+        assert torch.isfinite(fast_value)
+        torch.testing.assert_close(fast_value, ref_value, rtol=1e-5, atol=1e-6)
+        for a, b in zip(fast, ref, strict=True):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert len(model._workspace) == (5 if kind != "log1p" else 4)  # the input buffer: none and zscore
+
+
+def test_the_path_runs_where_onednn_does_not(monkeypatch):
+    scorer, features = MLPScorer(4, hidden=(8,)), torch.randn(2, 3, 4)
+    monkeypatch.setattr(onednn_mlp, "enabled", lambda: True)
+    assert mkl_mlp.applies(scorer, features) is None
+    monkeypatch.setattr(onednn_mlp, "enabled", lambda: False)
+    assert mkl_mlp.applies(scorer, features) is not None
+    assert mkl_mlp.applies(MLPScorer(4, hidden=(8,), dropout=0.1), features) is None
+    assert mkl_mlp.applies(scorer, features.double()) is None
