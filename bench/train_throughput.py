@@ -18,8 +18,9 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
   resident row then runs the MLP through MKL in reused buffers, ``rankers.neural.mkl_mlp``), else
   that MKL path (MKL's AVX2 kernels on AMD);
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
-  the learning rate scaled by 256 / 64 (linear), fused Adam; on CUDA also lists padded to 256 (float32,
-  ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA graph and 16
+  the learning rate scaled by (256 / 64) ** 1.5 on CPU, linearly on CUDA (``--lr-power``), fused Adam;
+  on CUDA also lists padded to 256 (float32, ``--fast-precision`` for bf16), each whole step (loss,
+  backward, Adam) a replayed CUDA graph and 16
   steps per Lightning step (``model.step_graphs``, ``data.steps_per_batch``); its whole second epoch is timed.
 
 Other rows time ``--batches`` batches of 64 queries (the fast row: the same number of queries) after
@@ -70,7 +71,10 @@ from rankers.neural import onednn_mlp
 
 HIDDEN = (256, 128, 64)
 BASE_LR, BASE_BATCH = 1e-3, 64
-LR_POWER = 1.0  # the fast rows' rule: lr x batch / base (linear); --lr-power changes it
+# the fast rows' rule, lr x (batch / base) ** power, as conf/trainer/cpu_fast.yaml and gpu_fast.yaml
+# (rankers/resolvers.py's batch_scaled_lr): 1.5 on CPU (linear trailed the standard path, docs/benchmarks.md),
+# linear on CUDA; --lr-power sets both
+LR_POWER = {"cpu": 1.5, "cuda": 1.0}
 STEPS_PER_BATCH = 16  # trainer=gpu_fast's data.steps_per_batch
 
 
@@ -178,7 +182,7 @@ class Row:
     steps_per_batch: int = 1
     step_log: bool = True
     fast_batch: int = 256
-    lr_power: float = LR_POWER
+    lr_power: float = LR_POWER["cpu"]
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
 
     @property
@@ -273,9 +277,10 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
 
 
 def names(
-    device: str, batch: int, fast_batch: int, lr_power: float = LR_POWER, precision: str = "32-true"
+    device: str, batch: int, fast_batch: int, lr_power: float | None = None, precision: str = "32-true"
 ) -> dict[str, str]:
-    fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** lr_power:g}, fused Adam"
+    power = LR_POWER[device] if lr_power is None else lr_power
+    fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** power:g}, fused Adam"
     if device == "cuda":
         graphs = f"whole steps as CUDA graphs, {STEPS_PER_BATCH} a Lightning step"
         fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, {graphs}, {precision}"
@@ -368,8 +373,9 @@ def profile(args: argparse.Namespace) -> None:
     """Per batch on CPU: the phases inside Lightning's loop, then the pieces of a step timed alone."""
     data = mslr_like(args.queries)
     batches = args.batches or 30
-    row_names = names("cpu", args.batch_size, args.fast_batch_size, args.lr_power)
-    for path in (Row("resident"), Row("fast", fast_batch=args.fast_batch_size, lr_power=args.lr_power)):
+    power = lr_power(args, "cpu")
+    row_names = names("cpu", args.batch_size, args.fast_batch_size, power)
+    for path in (Row("resident"), Row("fast", fast_batch=args.fast_batch_size, lr_power=power)):
         datamodule, model = build(data, data.subset(np.arange(2)), "cpu", path, args.batch_size)
         phases = Phases(skip=args.warmup)
         trainer = trainer_for(
@@ -455,6 +461,11 @@ def _adam_step(optimizer: torch.optim.Optimizer) -> None:
     optimizer.zero_grad()
 
 
+def lr_power(args: argparse.Namespace, device: str) -> float:
+    """The fast rows' learning-rate power: ``--lr-power``, else the device's config's (``LR_POWER``)."""
+    return LR_POWER[device] if args.lr_power is None else args.lr_power
+
+
 def fast_rows(args: argparse.Namespace, device: str) -> list[Row]:
     """The fast path's rows: ``--fast-sizes`` (default: on CUDA the base batch and twice it, then
     ``--fast-batch-size``) x ``--fast-precision`` (CUDA; CPU trains in float32)."""
@@ -462,7 +473,7 @@ def fast_rows(args: argparse.Namespace, device: str) -> list[Row]:
     sizes = args.fast_sizes or list(dict.fromkeys([*default, args.fast_batch_size]))
     precisions = args.fast_precision if device == "cuda" else ["32-true"]
     return [
-        Row("fast", fast_batch=size, lr_power=args.lr_power, precision=precision)
+        Row("fast", fast_batch=size, lr_power=lr_power(args, device), precision=precision)
         for precision in precisions
         for size in sizes
     ]
@@ -548,7 +559,9 @@ def main() -> None:
     parser.add_argument(
         "--fast-precision", nargs="+", default=["32-true"], help="CUDA fast rows: 32-true and/or bf16-mixed"
     )
-    parser.add_argument("--lr-power", type=float, default=LR_POWER, help="fast rows: lr x (batch / 64) ** this")
+    parser.add_argument(
+        "--lr-power", type=float, default=None, help="fast rows: lr x (batch / 64) ** this (default: CPU 1.5, CUDA 1)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--ablations", action="store_true", help="CPU: the resident row against changes not kept")
     parser.add_argument("--pairs", type=int, default=3, help="--ablations: alternating pairs per change")

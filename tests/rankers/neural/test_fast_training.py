@@ -66,8 +66,9 @@ def test_gpu_fast_composes_its_settings(make_cfg):
 
 def test_cpu_fast_composes_and_trains(make_cfg, tmp_path):
     untouched = make_cfg("trainer=cpu_fast", tiny=False)
-    assert untouched.data.batch_size == 128 and untouched.model.optimizer.lr == pytest.approx(0.004)
-    assert make_cfg("trainer=cpu_fast", "data.batch_size=8", tiny=False).model.optimizer.lr == pytest.approx(2.5e-4)
+    # 4x the default batch, (4 ** 1.5)x its rate; a quarter of the batch, an eighth of the rate
+    assert untouched.data.batch_size == 128 and untouched.model.optimizer.lr == pytest.approx(0.008)
+    assert make_cfg("trainer=cpu_fast", "data.batch_size=8", tiny=False).model.optimizer.lr == pytest.approx(1.25e-4)
     cfg = make_cfg("trainer=cpu_fast", *EXACT[:2], out=tmp_path / "run")
     assert cfg.trainer.accelerator == "cpu" and cfg.data.device_resident and cfg.model.optimizer.fused
     model, trainer = fit(cfg)
