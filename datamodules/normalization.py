@@ -48,10 +48,15 @@ class FeatureNormalizer(nn.Module):
         std[std < 1e-12] = 1.0  # a constant feature stays finite (becomes 0)
         return cls(kind, torch.from_numpy(mean).float(), torch.from_numpy(std).float())
 
+    def writes_into(self, features: Tensor) -> bool:
+        """Whether ``normalize_into`` writes these features: kinds ``none`` and ``zscore``, and features
+        that need no gradient (a written buffer is not differentiable)."""
+        return self.kind in self.WRITES_INTO and not (features.requires_grad and torch.is_grad_enabled())
+
     def normalize_into(self, features: Tensor, mask: Tensor | None, out: Tensor) -> Tensor | None:
         """``forward(features, mask)`` written into ``out`` (the features' shape and dtype), the same
-        values without allocating a tensor, for ``none`` and ``zscore``; None for the other kinds."""
-        if self.kind not in self.WRITES_INTO:
+        values without allocating a tensor, where ``writes_into(features)``; else None (call ``forward``)."""
+        if not self.writes_into(features):
             return None
         if mask is None:
             out.copy_(features)

@@ -212,7 +212,7 @@ class RankerModule(PassLimit, pl.LightningModule):
     def _normalized_in_workspace(self, features: Tensor, mask: Tensor) -> Tensor:
         """``normalizer(features, mask)``, written into a workspace buffer where the normalizer can."""
         normalizer = self.normalizer
-        if type(normalizer) is not FeatureNormalizer or normalizer.kind not in normalizer.WRITES_INTO:
+        if type(normalizer) is not FeatureNormalizer or not normalizer.writes_into(features):
             return normalizer(features, mask)
         out = self._workspace.rows("input", features.shape[:-1].numel(), features.shape[-1])
         return normalizer.normalize_into(features, mask, out.view(features.shape))

@@ -39,6 +39,19 @@ def test_values_and_gradients_equal_autograd(hidden):
     assert len(workspace) == 2 * len(hidden)  # each hidden layer's output and its gradient
 
 
+def test_layers_without_bias_and_of_equal_widths():
+    torch.manual_seed(7)
+    scorer = MLPScorer(8, hidden=(8, 8))
+    for linear in onednn_mlp.plain_layers(scorer)[::2]:
+        linear.bias = None
+    features, weights = torch.randn(4, 6, 8), torch.randn(4, 6)
+    run = partial(mkl_mlp.mlp_scores, onednn_mlp.plain_layers(scorer), features, mkl_mlp.Workspace())
+    _, fast = _grads(scorer, lambda: (run() * weights).sum())
+    _, ref = _grads(scorer, lambda: (scorer(features) * weights).sum())
+    for a, b in zip(fast, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_input_gradient_when_the_input_needs_one():
     torch.manual_seed(1)
     scorer = MLPScorer(6, hidden=(8, 4))
@@ -77,6 +90,18 @@ def test_a_second_forward_before_the_backward_is_refused_not_wrong():
         first.backward()
 
 
+def test_the_module_refuses_a_backward_through_overwritten_buffers(monkeypatch):
+    """Two training losses before one backward: the second wrote the buffers (normalized input and
+    activations) the first saved, and the first backward is refused."""
+    monkeypatch.setattr(onednn_mlp, "enabled", lambda: False)
+    model = RankerModule(partial(MLPScorer, hidden=(8,)), ranknet_loss, torch.optim.Adam, n_features=3)
+    labels, mask = torch.tensor([[1.0, 0.0, 2.0]]), torch.ones(1, 3, dtype=torch.bool)
+    first = model._loss_of(torch.randn(1, 3, 3), labels, mask)
+    model._loss_of(torch.randn(1, 3, 3), labels, mask)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.backward()
+
+
 def test_copies_of_a_module_start_with_an_empty_workspace():
     workspace = mkl_mlp.Workspace()
     workspace.rows("hidden0", 10, 3)
@@ -97,10 +122,34 @@ def test_normalize_into_writes_what_forward_returns(kind):
     assert torch.equal(normalizer.normalize_into(features[:1], None, out[:1]), normalizer(features[:1]))
 
 
-def test_normalize_into_declines_the_kinds_it_does_not_write():
+def test_normalize_into_declines_the_kinds_it_does_not_write_and_features_that_need_a_gradient():
     for kind in ("log1p", "query_zscore"):
         normalizer = FeatureNormalizer(kind, num_features=3)
         assert normalizer.normalize_into(torch.ones(1, 2, 3), None, torch.empty(1, 2, 3)) is None
+    wanting = torch.ones(1, 2, 3, requires_grad=True)
+    assert FeatureNormalizer("zscore", num_features=3).normalize_into(wanting, None, torch.empty(1, 2, 3)) is None
+    with torch.no_grad():
+        assert (
+            FeatureNormalizer("zscore", num_features=3).normalize_into(wanting, None, torch.empty(1, 2, 3)) is not None
+        )
+
+
+def test_features_that_need_a_gradient_get_it_through_the_module(monkeypatch):
+    """Attributions: the raw features' gradient through the MKL path equals the generic path's."""
+    monkeypatch.setattr(onednn_mlp, "enabled", lambda: False)
+    torch.manual_seed(5)
+    normalizer = FeatureNormalizer("zscore", torch.randn(6), torch.rand(6) + 0.5)
+    model = RankerModule(
+        partial(MLPScorer, hidden=(8, 8)), ranknet_loss, torch.optim.Adam, n_features=6, normalizer=normalizer
+    )
+    labels, mask = torch.randint(0, 3, (2, 5)).float(), torch.ones(2, 5, dtype=torch.bool)
+    gradients = []
+    for kernels in ("1", "0"):
+        monkeypatch.setenv("LTR_CPU_KERNELS", kernels)
+        features = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(6)).requires_grad_()
+        model._loss_of(features, labels, mask).backward()
+        gradients.append(features.grad)
+    torch.testing.assert_close(gradients[0], gradients[1], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["zscore", "none", "log1p"])
