@@ -11,7 +11,7 @@ Here the ``N x hidden`` tensors live in a ``Workspace`` that the module keeps: e
 the first layer is never computed, and (``FeatureNormalizer.normalize_into``) the z-scored features
 are written into a buffer too. The values are the same products in the same order as the generic
 path's (tested against autograd through the same ``nn.Sequential``:
-``tests/rankers/neural/test_mkl_mlp.py``).
+``tests/rankers/neural/test_cpu_mlp.py``).
 
 A buffer is reused only after the step that wrote it has run its backward: a second forward before
 that overwrites activations the first one saved, and autograd's version check refuses the first
@@ -70,54 +70,38 @@ def applies(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | None:
 
 def mlp_scores(layers: list[nn.Linear], features: Tensor, workspace: Workspace) -> Tensor:
     """``features [..., F]`` -> scores ``[...]`` through ``MLPFunction`` (differentiable)."""
-    flat = features.reshape(-1, features.shape[-1]).contiguous()
-    weights = [m.weight for m in layers]
-    biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
-    out = MLPFunction.apply(workspace, flat, *weights, *biases)
-    return out.reshape(features.shape[:-1])
+    return onednn_mlp.apply_mlp(MLPFunction, layers, features, workspace)
 
 
 class MLPFunction(torch.autograd.Function):
     """``x [N, F]`` through ``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` -> ``[N, 1]``; arguments
     ``workspace, x, W_0 .. W_{n-1}, b_0 .. b_{n-1}``. The hidden layers' outputs (each the next
-    layer's input, saved for backward) and the backward's ``[N, width]`` gradients are workspace buffers."""
+    layer's input, saved for backward) and the backward's ``[N, width]`` gradients are workspace buffers;
+    the skeleton is ``onednn_mlp``'s (``mlp_forward``, ``mlp_backward``), the products MKL's."""
 
     @staticmethod
     def forward(ctx, workspace: Workspace, x: Tensor, *parameters: Tensor) -> Tensor:
-        n = len(parameters) // 2
-        weights, biases = parameters[:n], parameters[n:]
-        inputs, hidden = [x], x
-        for j in range(n):
-            width = weights[j].shape[0]
-            last = j == n - 1
-            out = x.new_empty(len(x), width) if last else workspace.rows(f"hidden{j}", len(x), width)
-            torch.addmm(biases[j], hidden, weights[j].t(), out=out)
-            if not last:
-                out.clamp_min_(0)  # ReLU in place: the buffer holds the layer's output, as nn.ReLU's would
-                inputs.append(out)
-            hidden = out
-        ctx.save_for_backward(*inputs, *weights)
-        ctx.workspace, ctx.layers = workspace, n
-        return hidden
+        def layer(j: int, hidden: Tensor, weight: Tensor, bias: Tensor, relu: bool) -> Tensor:
+            shape = (len(hidden), weight.shape[0])
+            out = workspace.rows(f"hidden{j}", *shape) if relu else hidden.new_empty(shape)
+            torch.addmm(bias, hidden, weight.t(), out=out)
+            return out.clamp_min_(0) if relu else out  # ReLU in place: the buffer holds the layer's output
+
+        ctx.workspace = workspace
+        return onednn_mlp.mlp_forward(ctx, x, parameters, layer)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        n = ctx.layers
-        saved = ctx.saved_tensors
-        inputs, weights = saved[:n], saved[n:]
-        grad = grad.contiguous()
-        grad_weights: list[Tensor | None] = [None] * n
-        grad_biases: list[Tensor | None] = [None] * n
-        grad_x = None
-        for j in reversed(range(n)):
-            grad_weights[j] = torch.mm(grad.t(), inputs[j])  # MKL reads the transposed view in place
-            grad_biases[j] = grad.sum(0)
-            if j > 0:
-                below = ctx.workspace.rows(f"grad{j}", len(grad), weights[j].shape[1])
-                torch.mm(grad, weights[j], out=below)
-                # ReLU's backward from its output (as autograd's ReLU does), in place: 0 where h_j <= 0
-                torch.ops.aten.threshold_backward.grad_input(below, inputs[j], 0, grad_input=below)
-                grad = below
-            elif ctx.needs_input_grad[1]:
-                grad_x = torch.mm(grad, weights[0])
+        def input_grad(j: int, g: Tensor, weight: Tensor) -> Tensor:
+            if j == 0:  # the caller's input gradient: its own tensor
+                return torch.mm(g, weight)
+            return torch.mm(g, weight, out=ctx.workspace.rows(f"grad{j}", len(g), weight.shape[1]))
+
+        grad_x, grad_weights, grad_biases = onednn_mlp.mlp_backward(
+            ctx,
+            grad,
+            ctx.needs_input_grad[1],
+            lambda g, h: torch.mm(g.t(), h),  # MKL reads the transposed view in place
+            input_grad,
+        )
         return (None, grad_x, *grad_weights, *grad_biases)

@@ -9,7 +9,7 @@ float32: the forward fuses bias and ReLU into each matmul (oneDNN post-ops), the
 each weight gradient, bias gradient and input gradient with one call each, and never the input
 gradient of the first layer unless the input needs it. The module itself is unchanged (evaluation,
 TorchScript and ONNX export run ``nn.Sequential`` as before); parity with autograd through the same
-``nn.Sequential`` (values and gradients): ``tests/rankers/neural/test_onednn_mlp.py``.
+``nn.Sequential`` (values and gradients): ``tests/rankers/neural/test_cpu_mlp.py``.
 
 ``LTR_CPU_KERNELS=0`` turns it off (as the C++ kernels), as does a torch build without oneDNN's
 ``mkldnn::_linear_pointwise`` op, and so does ``kernels.mkl_vendor`` when active: MKL then runs its
@@ -20,6 +20,7 @@ oneDNN's linear copies them first (``bench/train_throughput.py``'s two MLP rows)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -93,48 +94,79 @@ def plain_mlp_on_cpu(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | N
 
 def mlp_scores(layers: list[nn.Linear], features: Tensor) -> Tensor:
     """``features [..., F]`` -> scores ``[...]`` through ``MLPFunction`` (differentiable)."""
+    return apply_mlp(MLPFunction, layers, features)
+
+
+def apply_mlp(function: type[torch.autograd.Function], layers: list[nn.Linear], features: Tensor, *leading) -> Tensor:
+    """``features [..., F]`` -> scores ``[...]`` through ``function.apply(*leading, x, W_0 .. W_{n-1}, b_0 ..
+    b_{n-1})`` on the flat ``x [N, F]`` (a layer without bias gets zeros): the CPU MLP paths' entry."""
     flat = features.reshape(-1, features.shape[-1]).contiguous()
     weights = [m.weight for m in layers]
     biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
-    out = MLPFunction.apply(flat, *weights, *biases)
-    return out.reshape(features.shape[:-1])
+    return function.apply(*leading, flat, *weights, *biases).reshape(features.shape[:-1])
+
+
+Layer = Callable[[int, Tensor, Tensor, Tensor, bool], Tensor]
+Product = Callable[[Tensor, Tensor], Tensor]
+
+
+def mlp_forward(ctx, x: Tensor, parameters: tuple[Tensor, ...], layer: Layer) -> Tensor:
+    """``x [N, F]`` through ``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` (``parameters``: ``W_0 ..
+    W_{n-1}, b_0 .. b_{n-1}``), each layer ``layer(j, input, W_j, b_j, relu) -> output``; saves each
+    layer's input (the ReLU outputs) and the weights for ``mlp_backward``. ``[N, 1]``."""
+    n = len(parameters) // 2
+    weights, biases = parameters[:n], parameters[n:]
+    inputs, hidden = [x], x
+    for j in range(n):
+        hidden = layer(j, hidden, weights[j], biases[j], j < n - 1)
+        if j < n - 1:
+            inputs.append(hidden)
+    ctx.save_for_backward(*inputs, *weights)
+    ctx.layers = n
+    return hidden
+
+
+def mlp_backward(
+    ctx, grad: Tensor, wants_input: bool, weight_grad: Product, input_grad: Callable[[int, Tensor, Tensor], Tensor]
+) -> tuple[Tensor | None, list[Tensor | None], list[Tensor | None]]:
+    """The gradients of ``mlp_forward``'s inputs from its output's ``grad [N, 1]``: ``(input [N, F] or None
+    unless ``wants_input``, weights, biases)``. ``weight_grad(g, h_j)`` is ``g^T h_j``; ``input_grad(j, g,
+    W_j)`` is ``g W_j`` (layer 0's only when ``wants_input``), whose ReLU backward runs here in place."""
+    n = ctx.layers
+    saved = ctx.saved_tensors
+    inputs, weights = saved[:n], saved[n:]
+    grad = grad.contiguous()
+    grad_weights: list[Tensor | None] = [None] * n
+    grad_biases: list[Tensor | None] = [None] * n
+    grad_x = None
+    for j in reversed(range(n)):
+        grad_weights[j] = weight_grad(grad, inputs[j])
+        grad_biases[j] = grad.sum(0)
+        if j > 0:
+            grad = input_grad(j, grad, weights[j])  # [N, i]
+            # ReLU's backward from its output (as autograd's ReLU does), in place: 0 where h_j <= 0
+            torch.ops.aten.threshold_backward.grad_input(grad, inputs[j], 0, grad_input=grad)
+        elif wants_input:
+            grad_x = input_grad(0, grad, weights[0])
+    return grad_x, grad_weights, grad_biases
 
 
 class MLPFunction(torch.autograd.Function):
     """``x [N, F]`` through ``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` -> ``[N, 1]``; arguments
-    ``x, W_0 .. W_{n-1}, b_0 .. b_{n-1}``. Saves each layer's input (the ReLU outputs) for backward."""
+    ``x, W_0 .. W_{n-1}, b_0 .. b_{n-1}``: each layer one oneDNN call, bias and ReLU fused."""
 
     @staticmethod
     def forward(ctx, x: Tensor, *parameters: Tensor) -> Tensor:
-        n = len(parameters) // 2
-        weights, biases = parameters[:n], parameters[n:]
-        inputs = [x]
-        hidden = x
-        for j in range(n):
-            hidden = linear(hidden, weights[j], biases[j], relu=j < n - 1)
-            if j < n - 1:
-                inputs.append(hidden)
-        ctx.save_for_backward(*inputs, *weights)
-        ctx.layers = n
-        return hidden
+        return mlp_forward(ctx, x, parameters, lambda j, h, weight, bias, relu: linear(h, weight, bias, relu=relu))
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        n = ctx.layers
-        saved = ctx.saved_tensors
-        inputs, weights = saved[:n], saved[n:]
-        grad = grad.contiguous()
-        grad_weights: list[Tensor | None] = [None] * n
-        grad_biases: list[Tensor | None] = [None] * n
-        grad_x = None
-        for j in reversed(range(n)):
+        grad_x, grad_weights, grad_biases = mlp_backward(
+            ctx,
+            grad,
+            ctx.needs_input_grad[0],
             # dW_j = g^T [o, N] @ h_j [N, i]: oneDNN reads the transposed views without copies
-            grad_weights[j] = linear(grad.t(), inputs[j].t(), None)
-            grad_biases[j] = grad.sum(0)
-            if j > 0:
-                grad = linear(grad, weights[j].t(), None)  # [N, i]
-                # ReLU's backward from its output (as autograd's ReLU does): 0 where h_j <= 0
-                grad = torch.ops.aten.threshold_backward(grad, inputs[j], 0)
-            elif ctx.needs_input_grad[0]:
-                grad_x = linear(grad, weights[0].t(), None)
+            lambda g, h: linear(g.t(), h.t(), None),
+            lambda j, g, weight: linear(g, weight.t(), None),
+        )
         return (grad_x, *grad_weights, *grad_biases)
