@@ -5,7 +5,7 @@
     python bench/train_throughput.py --device cpu --profile      # where a batch's time goes, on CPU
     python bench/train_throughput.py --device cpu --profile --ops 12 --threads 1   # and by operator
     python bench/train_throughput.py --quality --epochs 4        # validation ndcg@10, standard vs fast path
-    python bench/train_throughput.py --ablations                 # CPU: the resident row against changes not kept
+    python bench/train_throughput.py --ablations                 # CPU: the resident row against changes (--changes)
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
 labels 0-4, made in memory (no text round trip). Model: MLP 136-256-128-64-1 with LambdaRank@10 and
@@ -40,6 +40,7 @@ import itertools
 import math
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -67,7 +68,7 @@ from datamodules.letor import LetorDataModule
 from datamodules.letor_io import LetorData
 from losses import lambdarank_loss
 from rankers import MLPScorer, RankerModule
-from rankers.neural import onednn_mlp
+from rankers.neural import mkl_mlp, onednn_mlp
 
 HIDDEN = (256, 128, 64)
 BASE_LR, BASE_BATCH = 1e-3, 64
@@ -173,7 +174,8 @@ class Throughput(pl.Callback):
 @dataclass
 class Row:
     """One row's settings: ``mode`` loader / resident / fast; ``mlp``: the MLP's backend on CPU (``default``:
-    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``rankers.neural.mkl_mlp``);
+    as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``rankers.neural.mkl_mlp``,
+    ``generic``: ``nn.Linear`` and autograd);
     ``steps_per_batch`` (resident rows, ``--ablations``): optimizer steps a Lightning step through
     ``model.step_graphs`` (eager on CPU); ``step_log``: False drops the per-step loss logging."""
 
@@ -200,10 +202,13 @@ class Row:
 @contextlib.contextmanager
 def row_patches(path: Row) -> Iterator[None]:
     """The row's switches that are not options: the MLP's backend (``mkl``: the oneDNN MLP off, so
-    ``rankers.neural.mkl_mlp`` runs the matmuls; ``onednn``: on) and, without ``step_log``, no per-step loss logging."""
+    ``rankers.neural.mkl_mlp`` runs the matmuls; ``onednn``: on; ``generic``: both off) and, without
+    ``step_log``, no per-step loss logging."""
     with contextlib.ExitStack() as stack:
         if path.mlp != "default":
             stack.enter_context(mock.patch.object(onednn_mlp, "enabled", lambda: path.mlp == "onednn"))
+        if path.mlp == "generic":
+            stack.enter_context(mock.patch.object(mkl_mlp, "enabled", lambda: False))
         if not path.step_log:
             stack.enter_context(mock.patch.object(RankerModule, "_log_train_loss", lambda *args: None))
         yield
@@ -513,28 +518,50 @@ def quality(args: argparse.Namespace) -> None:
             )
 
 
+ABLATIONS = {
+    "no-step-log": ("no per-step loss logging", Row("resident", step_log=False)),
+    "grouped-steps": (
+        f"{STEPS_PER_BATCH} optimizer steps a Lightning step (step_graphs, eager on CPU)",
+        Row("resident", steps_per_batch=STEPS_PER_BATCH),
+    ),
+    "no-buffers": (
+        "the MLP through nn.Linear and autograd, no reused buffers (mkl_mlp off)",
+        Row("resident", mlp="generic"),
+    ),
+}
+
+
+def _faulting_run(data: LetorData, path: Row, args: argparse.Namespace) -> tuple[float, int]:
+    """``run``'s documents/s and the process's minor page faults during it (the datamodule's setup included)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    rate = run(data, "cpu", path, args.batches or 80, args.warmup, args.batch_size)[0]
+    return rate, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def ablations(args: argparse.Namespace) -> None:
-    """The resident row against changes measured and not kept, in alternating pairs in one process
-    (the VM's neighbours move whole-table runs by more than these differences)."""
+    """The resident row against changes (``--changes``), in alternating pairs in one process (the VM's
+    neighbours move whole-table runs by more than these differences), with the page faults of each run."""
     data = mslr_like(args.queries)
-    variants = {
-        "no per-step loss logging": Row("resident", step_log=False),
-        f"{STEPS_PER_BATCH} optimizer steps a Lightning step (step_graphs, eager on CPU)": Row(
-            "resident", steps_per_batch=STEPS_PER_BATCH
-        ),
-    }
     print(f"# machine: {machine()}; MKL: {'AVX-512 kernels' if mkl_vendor.active() else 'its own dispatch'}")
-    print("| change | pair | resident row (documents/s) | with the change | change |\n|---|---:|---:|---:|---:|")
-    for name, variant in variants.items():
+    print(
+        "| change | pair | resident row (documents/s) | with the change | change | page faults (resident / changed) |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
+    for key in args.changes:
+        name, variant = ABLATIONS[key]
         changes = []
         for pair in range(args.pairs):
-            base = run(data, "cpu", Row("resident"), args.batches or 80, args.warmup, args.batch_size)[0]
-            changed = run(data, "cpu", variant, args.batches or 80, args.warmup, args.batch_size)[0]
+            base, base_faults = _faulting_run(data, Row("resident"), args)
+            changed, changed_faults = _faulting_run(data, variant, args)
             changes.append(changed / base - 1)
-            print(f"| {name} | {pair + 1} | {base:,.0f} | {changed:,.0f} | {changes[-1]:+.1%} |", flush=True)
+            print(
+                f"| {name} | {pair + 1} | {base:,.0f} | {changed:,.0f} | {changes[-1]:+.1%} | "
+                f"{base_faults:,} / {changed_faults:,} |",
+                flush=True,
+            )
         if len(changes) > 1:
             error = statistics.stdev(changes) / math.sqrt(len(changes))
-            print(f"| {name} | mean ± s.e. | | | {statistics.mean(changes):+.1%} ± {error:.1%} |", flush=True)
+            print(f"| {name} | mean ± s.e. | | | {statistics.mean(changes):+.1%} ± {error:.1%} | |", flush=True)
 
 
 def main() -> None:
@@ -563,8 +590,11 @@ def main() -> None:
         "--lr-power", type=float, default=None, help="fast rows: lr x (batch / 64) ** this (default: CPU 1.5, CUDA 1)"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--ablations", action="store_true", help="CPU: the resident row against changes not kept")
+    parser.add_argument("--ablations", action="store_true", help="CPU: the resident row against changes")
     parser.add_argument("--pairs", type=int, default=3, help="--ablations: alternating pairs per change")
+    parser.add_argument(
+        "--changes", nargs="+", choices=sorted(ABLATIONS), default=list(ABLATIONS), help="--ablations: which changes"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -18,8 +18,8 @@ Where it runs: ``train.py`` and ``bench/train_throughput.py`` call ``activate()`
 on Linux x86-64 AMD CPUs with AVX-512 (elsewhere MKL's own choice is already the CPU's best), and
 ``LTR_MKL_VENDOR_SHIM=0`` turns it off (``LTR_CPU_KERNELS`` does not: this is no kernel). While it is
 active (loaded, and MKL's own ``mkl_serv_cpu_detect()`` reports a CPU-specific path), the oneDNN MLP
-(``rankers.neural.onednn_mlp``) steps aside: MKL then reads the transposed operands in place, and
-oneDNN's linear copies them first.
+(``rankers.neural.onednn_mlp``) steps aside for MKL in reused buffers (``rankers.neural.mkl_mlp``):
+MKL reads the transposed operands in place, and oneDNN's linear copies them first.
 
 This module and ``kernels._native`` import nothing that loads torch.
 """
