@@ -97,6 +97,14 @@ KERNELS: dict[str, KernelSpec] = {
             ("-O3", "-march=native", "-ffast-math", "-fopenmp"),
             ("-fopenmp",),
         ),
+        # no -ffast-math: the z-score divides as FeatureNormalizer does (bit for bit); -march=native as above
+        KernelSpec(
+            "mlp_cpu",
+            "MLP CPU kernel",
+            ("-O3", "-march=native", "-fopenmp"),
+            ("-fopenmp",),
+            fallback="the MLP's per-product path",
+        ),
         KernelSpec("mkl_vendor", "MKL vendor shim", ("-O2",), global_symbols=True, fallback="MKL's own dispatch"),
     )
 }

@@ -18,7 +18,15 @@ import argparse
 import sys
 import time
 
-from kernels import lambdarank_cpu, lambdarank_triton, mkl_vendor, pairwise_perceptron_cpu, prank_cpu, prank_triton
+from kernels import (
+    lambdarank_cpu,
+    lambdarank_triton,
+    mkl_vendor,
+    mlp_cpu,
+    pairwise_perceptron_cpu,
+    prank_cpu,
+    prank_triton,
+)
 from kernels._native import NativeKernel
 
 
@@ -66,7 +74,13 @@ def main() -> int:
         "--require-installed", action="store_true", help="fail unless every C++ kernel is the one pip install built"
     )
     args = parser.parse_args()
-    kernels = (prank_cpu.KERNEL, pairwise_perceptron_cpu.KERNEL, lambdarank_cpu.KERNEL, mkl_vendor.KERNEL)
+    kernels = (
+        prank_cpu.KERNEL,
+        pairwise_perceptron_cpu.KERNEL,
+        lambdarank_cpu.KERNEL,
+        mlp_cpu.KERNEL,
+        mkl_vendor.KERNEL,
+    )
     built = [_build(kernel, require_installed=args.require_installed) for kernel in kernels]
     print(f"Triton kernels: {prank_triton.status()}")
     if args.triton_sm is not None:

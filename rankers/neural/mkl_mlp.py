@@ -26,9 +26,11 @@ import os
 import torch
 from torch import Tensor, nn
 
+from datamodules.normalization import FeatureNormalizer
+from kernels import mlp_cpu
 from rankers.neural import onednn_mlp
 
-GROWTH = 1.25  # a buffer that must grow takes a quarter more rows, so a slowly growing batch does not re-allocate
+GROWTH = 2.0  # a buffer that must grow takes a quarter more rows, so a slowly growing batch does not re-allocate
 
 
 class Workspace:
@@ -68,6 +70,35 @@ def applies(scorer: nn.Module, features: Tensor) -> list[nn.Linear] | None:
     return onednn_mlp.plain_mlp_on_cpu(scorer, features) if enabled() else None
 
 
+def training_scores(
+    layers: list[nn.Linear], features: Tensor, mask: Tensor | None, normalizer: nn.Module, workspace: Workspace
+) -> Tensor:
+    """Scores ``[...]`` of raw ``features [..., F]`` (``mask [...]``: the real rows) normalized by
+    ``normalizer``, differentiable in the layers' parameters: through the one-pass kernel
+    (``kernels.mlp_cpu``) where it runs and the features need no gradient, which scores only the real
+    rows (padding scores 0) and z-scores inside the kernel; else each product into a workspace buffer."""
+    if not mlp_cpu.available() or (features.requires_grad and torch.is_grad_enabled()):
+        return mlp_scores(layers, normalized_into(normalizer, features, mask, workspace), workspace)
+    flat = features.reshape(-1, features.shape[-1])
+    index = None if mask is None else mask.reshape(-1).nonzero().squeeze(1)
+    if type(normalizer) is FeatureNormalizer and normalizer.kind in ("none", "zscore"):
+        zscore = normalizer.kind == "zscore"
+        rows = mlp_cpu.Rows(flat.contiguous(), index, *((normalizer.mean, normalizer.std) if zscore else ()))
+    else:
+        rows = mlp_cpu.Rows(normalizer(features, mask).reshape(flat.shape).contiguous(), index)
+    weights = [m.weight for m in layers]
+    biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
+    return KernelMLPFunction.apply(workspace, rows, *weights, *biases).reshape(features.shape[:-1])
+
+
+def normalized_into(normalizer: nn.Module, features: Tensor, mask: Tensor | None, workspace: Workspace) -> Tensor:
+    """``normalizer(features, mask)``, written into a workspace buffer where the normalizer can."""
+    if type(normalizer) is not FeatureNormalizer or not normalizer.writes_into(features):
+        return normalizer(features, mask)
+    out = workspace.rows("input", features.shape[:-1].numel(), features.shape[-1])
+    return normalizer.normalize_into(features, mask, out.view(features.shape))
+
+
 def mlp_scores(layers: list[nn.Linear], features: Tensor, workspace: Workspace) -> Tensor:
     """``features [..., F]`` -> scores ``[...]`` through ``MLPFunction`` (differentiable)."""
     return onednn_mlp.apply_mlp(MLPFunction, layers, features, workspace)
@@ -105,3 +136,32 @@ class MLPFunction(torch.autograd.Function):
             input_grad,
         )
         return (None, grad_x, *grad_weights, *grad_biases)
+
+
+class KernelMLPFunction(torch.autograd.Function):
+    """``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` on ``rows`` (a ``kernels.mlp_cpu.Rows``: features,
+    the real rows' index, the z-score) -> scores ``[T, O]``, 0 on rows outside the index; arguments
+    ``workspace, rows, W_0 .. W_{n-1}, b_0 .. b_{n-1}``. Forward and backward are one kernel call each;
+    the hidden outputs live in workspace buffers, marked written (``increment_version``) so that a
+    backward after another forward has overwritten them is refused, as the per-product path's."""
+
+    @staticmethod
+    def forward(ctx, workspace: Workspace, rows: mlp_cpu.Rows, *parameters: Tensor) -> Tensor:
+        n = len(parameters) // 2
+        weights = [w.contiguous() for w in parameters[:n]]
+        biases = [b.contiguous() for b in parameters[n:]]
+        hidden = [workspace.rows(f"hidden{j}", rows.count, w.shape[0]) for j, w in enumerate(weights[:-1])]
+        scores = rows.x.new_zeros(len(rows.x), weights[-1].shape[0])
+        mlp_cpu.forward(rows, weights, biases, hidden, scores)
+        for buffer in hidden:
+            torch.autograd.graph.increment_version(buffer)
+        ctx.rows, ctx.layers = rows, n
+        ctx.save_for_backward(*hidden, *weights)
+        return scores
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        saved = ctx.saved_tensors  # raises if a buffer was overwritten since the forward
+        hidden, weights = list(saved[: ctx.layers - 1]), list(saved[ctx.layers - 1 :])
+        weight_grads, bias_grads = mlp_cpu.backward(ctx.rows, weights, hidden, grad)
+        return (None, None, *weight_grads, *bias_grads)

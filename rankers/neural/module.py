@@ -205,17 +205,8 @@ class RankerModule(PassLimit, pl.LightningModule):
                 return onednn_mlp.mlp_scores(layers, self.normalizer(features, mask)).unsqueeze(-1)
             layers = mkl_mlp.applies(self.scorer, features)
             if layers is not None:
-                normalized = self._normalized_in_workspace(features, mask)
-                return mkl_mlp.mlp_scores(layers, normalized, self._workspace).unsqueeze(-1)
+                return mkl_mlp.training_scores(layers, features, mask, self.normalizer, self._workspace).unsqueeze(-1)
         return member_scores(self.scorer, self.normalizer(features, mask))
-
-    def _normalized_in_workspace(self, features: Tensor, mask: Tensor) -> Tensor:
-        """``normalizer(features, mask)``, written into a workspace buffer where the normalizer can."""
-        normalizer = self.normalizer
-        if type(normalizer) is not FeatureNormalizer or not normalizer.writes_into(features):
-            return normalizer(features, mask)
-        out = self._workspace.rows("input", features.shape[:-1].numel(), features.shape[-1])
-        return normalizer.normalize_into(features, mask, out.view(features.shape))
 
     def _members_loss(self, members: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The loss of the members' scores ``[B, L, K]``. The K members are stacked along the batch

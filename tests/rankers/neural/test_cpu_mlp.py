@@ -1,5 +1,6 @@
-"""The CPU MLP paths (``rankers.neural.onednn_mlp``, ``rankers.neural.mkl_mlp``) against autograd through
-the same ``nn.Sequential``; then what only the MKL path has: its reused buffers and ``normalize_into``."""
+"""The CPU MLP paths (``rankers.neural.onednn_mlp``; ``rankers.neural.mkl_mlp`` a product at a time, and
+through the one-pass kernel ``kernels.mlp_cpu``) against autograd through the same ``nn.Sequential``;
+then what only the MKL paths have: their reused buffers and ``normalize_into``."""
 
 from __future__ import annotations
 
@@ -12,29 +13,47 @@ import torch
 from torch import nn
 
 from datamodules.normalization import FeatureNormalizer
+from kernels import mlp_cpu
 from losses import lambdarank_loss, ranknet_loss
 from rankers import RankerModule
 from rankers.neural import mkl_mlp, onednn_mlp
 from rankers.scorers import MLPScorer
 
-MODULES = {"onednn": onednn_mlp, "mkl": mkl_mlp}
+MODULES = {"onednn": onednn_mlp, "mkl": mkl_mlp, "kernel": mkl_mlp}
+MKL_PATHS = ["mkl", pytest.param("kernel", marks=pytest.mark.skipif(not mlp_cpu.available(), reason="no MLP kernel"))]
 PATHS = [
     pytest.param("onednn", marks=pytest.mark.skipif(not onednn_mlp.available(), reason="no oneDNN linear op")),
-    "mkl",
+    *MKL_PATHS,
 ]
 
 
+@pytest.fixture(autouse=True)
+def _kernel_for_the_kernel_path_only(request, monkeypatch):
+    """Every test but the kernel path's runs ``mkl_mlp`` a product at a time (``kernels.mlp_cpu`` off)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("path") != "kernel":
+        monkeypatch.setattr(mlp_cpu, "available", lambda: False)
+
+
 def _scores_fn(path: str):
-    """The path's ``mlp_scores(layers, features)`` and its workspace (None for oneDNN's)."""
+    """The path's ``scores(layers, features)`` and its workspace (None for oneDNN's)."""
     if path == "onednn":
         return onednn_mlp.mlp_scores, None
     workspace = mkl_mlp.Workspace()
+    if path == "kernel":
+
+        def scores(layers, features):
+            identity = FeatureNormalizer("none", num_features=features.shape[-1])
+            return mkl_mlp.training_scores(layers, features, None, identity, workspace)
+
+        return scores, workspace
     return partial(mkl_mlp.mlp_scores, workspace=workspace), workspace
 
 
 def _use_path(monkeypatch, path: str) -> None:
     """The module takes ``path`` (while ``LTR_CPU_KERNELS`` allows): oneDNN's MLP as where MKL runs its
-    AVX2 kernels, or set aside as where it runs AVX-512 (``kernels.mkl_vendor``), so that the MKL path runs."""
+    AVX2 kernels, or set aside as where it runs AVX-512 (``kernels.mkl_vendor``), so that an MKL path runs
+    (the kernel where ``kernels.mlp_cpu`` is available: the fixture turns it off for the other paths)."""
     if path == "onednn":
         monkeypatch.setattr(onednn_mlp.mkl_vendor, "active", lambda: False)
     else:
@@ -67,8 +86,8 @@ def test_values_and_gradients_equal_autograd(path, hidden):
     assert onednn_mlp.plain_layers(scorer) is not None and len(onednn_mlp.plain_layers(scorer)) == len(hidden) + 1
     scores_fn, workspace = _scores_fn(path)
     _assert_equal_to_autograd(scorer, scores_fn, torch.randn(5, 11, 13))
-    if workspace is not None:
-        assert len(workspace) == 2 * len(hidden)  # each hidden layer's output and its gradient
+    if workspace is not None:  # each hidden layer's output, and (a product at a time) its gradient
+        assert len(workspace) == (1 if path == "kernel" else 2) * len(hidden)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -147,7 +166,8 @@ def test_training_loss_equals_the_generic_path_and_padding_never_leaks(path, los
         for a, b in zip(fast, ref, strict=True):
             assert torch.isfinite(a).all()
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-    buffers = {"onednn": 0, "mkl": 5 if kind != "log1p" else 4}[path]  # MKL: the input buffer for none, zscore
+    # per product: the input buffer for none and zscore, outputs and gradients; the kernel: the outputs
+    buffers = {"onednn": 0, "mkl": 5 if kind != "log1p" else 4, "kernel": 2}[path]
     assert len(model._workspace) == buffers
 
 
@@ -167,21 +187,24 @@ def test_buffers_are_reused_and_grown_across_steps_of_any_size():
     assert storages[0] == storages[1] != storages[2]
 
 
-def test_a_second_forward_before_the_backward_is_refused_not_wrong():
+@pytest.mark.parametrize("path", MKL_PATHS)
+def test_a_second_forward_before_the_backward_is_refused_not_wrong(path):
     """The second forward overwrites the buffers the first one saved: autograd's version check
     refuses the first backward rather than returning gradients of the second batch."""
     scorer = MLPScorer(4, hidden=(8,))
-    layers, workspace = onednn_mlp.plain_layers(scorer), mkl_mlp.Workspace()
-    first = mkl_mlp.mlp_scores(layers, torch.randn(6, 4), workspace).sum()
-    mkl_mlp.mlp_scores(layers, torch.randn(6, 4), workspace).sum()
+    scores_fn, _ = _scores_fn(path)
+    layers = onednn_mlp.plain_layers(scorer)
+    first = scores_fn(layers, torch.randn(6, 4)).sum()
+    scores_fn(layers, torch.randn(6, 4)).sum()
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         first.backward()
 
 
-def test_the_module_refuses_a_backward_through_overwritten_buffers(monkeypatch):
+@pytest.mark.parametrize("path", MKL_PATHS)
+def test_the_module_refuses_a_backward_through_overwritten_buffers(path, monkeypatch):
     """Two training losses before one backward: the second wrote the buffers (normalized input and
     activations) the first saved, and the first backward is refused."""
-    _use_path(monkeypatch, "mkl")
+    _use_path(monkeypatch, path)
     model = RankerModule(partial(MLPScorer, hidden=(8,)), ranknet_loss, torch.optim.Adam, n_features=3)
     labels, mask = torch.tensor([[1.0, 0.0, 2.0]]), torch.ones(1, 3, dtype=torch.bool)
     first = model._loss_of(torch.randn(1, 3, 3), labels, mask)
@@ -221,9 +244,11 @@ def test_normalize_into_declines_the_kinds_it_does_not_write_and_features_that_n
         assert zscore.normalize_into(wanting, None, torch.empty(1, 2, 3)) is not None
 
 
-def test_features_that_need_a_gradient_get_it_through_the_module(monkeypatch):
-    """Attributions: the raw features' gradient through the MKL path equals the generic path's."""
-    _use_path(monkeypatch, "mkl")
+@pytest.mark.parametrize("path", MKL_PATHS)
+def test_features_that_need_a_gradient_get_it_through_the_module(path, monkeypatch):
+    """Attributions: the raw features' gradient through the MKL paths equals the generic path's (the
+    kernel computes no input gradient: such features go a product at a time)."""
+    _use_path(monkeypatch, path)
     torch.manual_seed(5)
     normalizer = FeatureNormalizer("zscore", torch.randn(6), torch.rand(6) + 0.5)
     model = RankerModule(
