@@ -96,11 +96,12 @@ def pad_batch(features: Tensor, labels: Tensor, starts: Tensor, lengths: Tensor,
     positions = torch.arange(width, device=features.device)
     mask = positions[None, :] < lengths[:, None]
     rows = torch.where(mask, starts[:, None] + positions[None, :], torch.zeros_like(mask, dtype=torch.long))
-    # index_select on the flat rows, then zeroing in place: one tensor where features[rows] * mask made two,
-    # and padding is 0 whatever row 0 holds (NaN * 0 is NaN)
-    gathered = features.index_select(0, rows.reshape(-1)).view(*rows.shape, *features.shape[1:])
+    # index_select on the flat rows, then zeroing the padding rows in place: one tensor where features[rows] *
+    # mask made two, padding 0 whatever row 0 holds (NaN * 0 is NaN), and no second pass over the real rows
+    gathered = features.index_select(0, rows.reshape(-1))
+    gathered.index_fill_(0, (~mask).reshape(-1).nonzero().squeeze(1), 0)
     return {
-        "features": gathered.masked_fill_(~mask[..., None], 0),
+        "features": gathered.view(*rows.shape, *features.shape[1:]),
         "labels": labels[rows] * mask,
         "mask": mask,
     }
