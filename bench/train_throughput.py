@@ -24,7 +24,7 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
   steps per Lightning step (``model.step_graphs``, ``data.steps_per_batch``); its whole second epoch is timed.
 
 Other rows time ``--batches`` batches of 64 queries (the fast row: the same number of queries) after
-``--warmup`` and extrapolate to an epoch. **Compute floor**: the MLP's forward and backward FLOPs
+``--warmup`` batches of their own and extrapolate to an epoch. **Compute floor**: the MLP's forward and backward FLOPs
 over the epoch's real documents (forward ``2 sum(i o)``, weight gradients the same again, input
 gradients of every layer but the first) divided by the device's peak, the best of ``torch.mm`` and
 (CPU) oneDNN's linear on a large square matmul in the row's dtype, measured just before and just
@@ -66,8 +66,10 @@ import torch
 
 from datamodules.letor import LetorDataModule
 from datamodules.letor_io import LetorData
+from kernels import mlp_cpu
 from losses import lambdarank_loss
 from rankers import MLPScorer, RankerModule
+from rankers.host_memory import KeepFreedHostMemory
 from rankers.neural import mkl_mlp, onednn_mlp
 
 HIDDEN = (256, 128, 64)
@@ -175,9 +177,10 @@ class Throughput(pl.Callback):
 class Row:
     """One row's settings: ``mode`` loader / resident / fast; ``mlp``: the MLP's backend on CPU (``default``:
     as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``rankers.neural.mkl_mlp``,
-    ``generic``: ``nn.Linear`` and autograd);
+    ``generic``: ``nn.Linear`` and autograd, ``per-product``: ``mkl_mlp`` without ``kernels.mlp_cpu``);
     ``steps_per_batch`` (resident rows, ``--ablations``): optimizer steps a Lightning step through
-    ``model.step_graphs`` (eager on CPU); ``step_log``: False drops the per-step loss logging."""
+    ``model.step_graphs`` (eager on CPU); ``step_log``: False drops the per-step loss logging; ``keep_memory``:
+    ``rankers.host_memory.KeepFreedHostMemory`` on the CPU (None: on for the fast row, as trainer=cpu_fast)."""
 
     mode: str
     mlp: str = "default"
@@ -186,6 +189,10 @@ class Row:
     fast_batch: int = 256
     lr_power: float = LR_POWER["cpu"]
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
+    keep_memory: bool | None = None  # KeepFreedHostMemory (CPU): None as the configs, on for trainer=cpu_fast
+
+    def keeps_memory(self, device: str) -> bool:
+        return device == "cpu" and (self.fast if self.keep_memory is None else self.keep_memory)
 
     @property
     def fast(self) -> bool:
@@ -203,12 +210,15 @@ class Row:
 def row_patches(path: Row) -> Iterator[None]:
     """The row's switches that are not options: the MLP's backend (``mkl``: the oneDNN MLP off, so
     ``rankers.neural.mkl_mlp`` runs the matmuls; ``onednn``: on; ``generic``: both off) and, without
-    ``step_log``, no per-step loss logging."""
+    ``step_log``, no per-step loss logging; ``per-product``: the MKL path without its one-pass kernel
+    (``kernels.mlp_cpu``), a product at a time."""
     with contextlib.ExitStack() as stack:
         if path.mlp != "default":
             stack.enter_context(mock.patch.object(onednn_mlp, "enabled", lambda: path.mlp == "onednn"))
         if path.mlp == "generic":
             stack.enter_context(mock.patch.object(mkl_mlp, "enabled", lambda: False))
+        if path.mlp == "per-product":
+            stack.enter_context(mock.patch.object(mlp_cpu, "available", lambda: False))
         if not path.step_log:
             stack.enter_context(mock.patch.object(RankerModule, "_log_train_loss", lambda *args: None))
         yield
@@ -240,8 +250,10 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
     return datamodule, model
 
 
-def trainer_for(device: str, path: Row, **options) -> pl.Trainer:
+def trainer_for(device: str, path: Row, callbacks: list[pl.Callback] = (), **options) -> pl.Trainer:
+    kept = [KeepFreedHostMemory()] if path.keeps_memory(device) else []
     return pl.Trainer(
+        callbacks=[*callbacks, *kept],
         accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         precision=path.precision if path.fast and device == "cuda" else "32-true",
@@ -260,7 +272,9 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
     # the fast and grouped rows time the same number of queries (a Lightning batch: several of 64)
     scale = batch / path.batch_size(batch) / path.steps_per_batch
     whole_epoch = path.fast and device == "cuda"  # compiling happens in epoch 0; epoch 1 is timed whole
-    warm = max(2, math.ceil(warmup * scale)) if scale < 1 else warmup
+    # every row warms up ``warmup`` of its own batches (a grouped row's Lightning batch holds 16: at least 2 of
+    # those): the one-time costs, buffers grown to the largest batch so far, come per batch and not per query
+    warm = warmup if path.steps_per_batch == 1 else max(2, math.ceil(warmup * scale))
     timed = max(1, math.ceil(batches * scale))
     meter = Throughput(0 if whole_epoch else warm, epoch=1 if whole_epoch else 0)
     trainer = trainer_for(
@@ -518,15 +532,32 @@ def quality(args: argparse.Namespace) -> None:
             )
 
 
-ABLATIONS = {
-    "no-step-log": ("no per-step loss logging", Row("resident", step_log=False)),
+ABLATIONS = {  # change: (what it is, the row it changes, the changed row)
+    "no-step-log": ("no per-step loss logging", Row("resident"), Row("resident", step_log=False)),
     "grouped-steps": (
         f"{STEPS_PER_BATCH} optimizer steps a Lightning step (step_graphs, eager on CPU)",
+        Row("resident"),
         Row("resident", steps_per_batch=STEPS_PER_BATCH),
     ),
     "no-buffers": (
         "the MLP through nn.Linear and autograd, no reused buffers (mkl_mlp off)",
+        Row("resident"),
         Row("resident", mlp="generic"),
+    ),
+    "per-product-mlp": (
+        "the MLP a product at a time in reused buffers, not the one-pass kernel (kernels.mlp_cpu off)",
+        Row("resident"),
+        Row("resident", mlp="per-product"),
+    ),
+    "freed-memory-returned": (
+        "trainer=cpu_fast without KeepFreedHostMemory (glibc returns freed blocks)",
+        Row("fast"),
+        Row("fast", keep_memory=False),
+    ),
+    "freed-memory-kept": (
+        "the resident row with KeepFreedHostMemory",
+        Row("resident"),
+        Row("resident", keep_memory=True),
     ),
 }
 
@@ -544,14 +575,14 @@ def ablations(args: argparse.Namespace) -> None:
     data = mslr_like(args.queries)
     print(f"# machine: {machine()}; MKL: {'AVX-512 kernels' if mkl_vendor.active() else 'its own dispatch'}")
     print(
-        "| change | pair | resident row (documents/s) | with the change | change | page faults (resident / changed) |\n"
+        "| change | pair | row (documents/s) | with the change | change | page faults (row / changed) |\n"
         "|---|---:|---:|---:|---:|---:|"
     )
     for key in args.changes:
-        name, variant = ABLATIONS[key]
+        name, row, variant = ABLATIONS[key]
         changes = []
         for pair in range(args.pairs):
-            base, base_faults = _faulting_run(data, Row("resident"), args)
+            base, base_faults = _faulting_run(data, row, args)
             changed, changed_faults = _faulting_run(data, variant, args)
             changes.append(changed / base - 1)
             print(
