@@ -18,10 +18,11 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
   resident row then runs the MLP through MKL in reused buffers, ``rankers.neural.mkl_mlp``), else
   that MKL path (MKL's AVX2 kernels on AMD);
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
-  the learning rate scaled by (256 / 64) ** 1.5 on CPU, linearly on CUDA (``--lr-power``), fused Adam;
-  on CUDA also lists padded to 256 (float32, ``--fast-precision`` for bf16), each whole step (loss,
-  backward, Adam) a replayed CUDA graph and 16
-  steps per Lightning step (``model.step_graphs``, ``data.steps_per_batch``); its whole second epoch is timed.
+  the learning rate scaled by (256 / 64) ** 1.5 on CPU, linearly on CUDA (``--lr-power``), fused Adam,
+  several optimizer steps per Lightning step (``model.step_graphs``, ``data.steps_per_batch``: 4 on CPU,
+  eager, with freed host memory kept, ``rankers.host_memory``; 16 on CUDA); on CUDA also lists padded
+  to 256 (float32, ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA
+  graph, and its whole second epoch is timed.
 
 Other rows time ``--batches`` batches of 64 queries (the fast row: the same number of queries) after
 ``--warmup`` batches of their own and extrapolate to an epoch. **Compute floor**: the MLP's forward and backward FLOPs
@@ -78,7 +79,7 @@ BASE_LR, BASE_BATCH = 1e-3, 64
 # (rankers/resolvers.py's batch_scaled_lr): 1.5 on CPU (linear trailed the standard path, docs/benchmarks.md),
 # linear on CUDA; --lr-power sets both
 LR_POWER = {"cpu": 1.5, "cuda": 1.0}
-STEPS_PER_BATCH = 16  # trainer=gpu_fast's data.steps_per_batch
+STEPS_PER_BATCH = {"cpu": 4, "cuda": 16}  # trainer=cpu_fast's and trainer=gpu_fast's data.steps_per_batch
 
 
 def sync(device: torch.device | str) -> None:
@@ -178,18 +179,25 @@ class Row:
     """One row's settings: ``mode`` loader / resident / fast; ``mlp``: the MLP's backend on CPU (``default``:
     as training picks it, ``onednn``: ``rankers.neural.onednn_mlp``, ``mkl``: ``rankers.neural.mkl_mlp``,
     ``generic``: ``nn.Linear`` and autograd, ``per-product``: ``mkl_mlp`` without ``kernels.mlp_cpu``);
-    ``steps_per_batch`` (resident rows, ``--ablations``): optimizer steps a Lightning step through
-    ``model.step_graphs`` (eager on CPU); ``step_log``: False drops the per-step loss logging; ``keep_memory``:
-    ``rankers.host_memory.KeepFreedHostMemory`` on the CPU (None: on for the fast row, as trainer=cpu_fast)."""
+    ``steps_per_batch``: optimizer steps a Lightning step through ``model.step_graphs`` (eager on CPU;
+    None: the fast rows' config, ``STEPS_PER_BATCH``, else 1); ``step_log``: False drops the per-step loss
+    logging; ``keep_memory``: ``rankers.host_memory.KeepFreedHostMemory`` on the CPU (None: on for the
+    fast row, as trainer=cpu_fast)."""
 
     mode: str
     mlp: str = "default"
-    steps_per_batch: int = 1
+    steps_per_batch: int | None = None
     step_log: bool = True
     fast_batch: int = 256
     lr_power: float = LR_POWER["cpu"]
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
     keep_memory: bool | None = None  # KeepFreedHostMemory (CPU): None as the configs, on for trainer=cpu_fast
+
+    def steps(self, device: str) -> int:
+        """Optimizer steps a Lightning step (a list of that many batches)."""
+        if self.steps_per_batch is not None:
+            return self.steps_per_batch
+        return STEPS_PER_BATCH[device] if self.fast else 1
 
     def keeps_memory(self, device: str) -> bool:
         return device == "cpu" and (self.fast if self.keep_memory is None else self.keep_memory)
@@ -233,7 +241,7 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
         max_list_length=None,
         device_resident=path.mode != "loader",
         pad_multiple=256 if path.fast and cuda else 1,
-        steps_per_batch=STEPS_PER_BATCH if path.fast and cuda else path.steps_per_batch,
+        steps_per_batch=path.steps(device),
         bucket_by_length=True,
         seed=seed,
     )
@@ -244,7 +252,7 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
         partial(torch.optim.Adam, lr=path.lr(batch), fused=path.fast),
         n_features=data.num_features,
         normalizer=datamodule.build_normalizer(),
-        step_graphs=(path.fast and cuda) or path.steps_per_batch > 1,
+        step_graphs=(path.fast and cuda) or path.steps(device) > 1,
         step_loss_in_progress_bar=False if path.fast else None,
     )
     return datamodule, model
@@ -270,11 +278,11 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
     """Documents per second and timed batches of one row."""
     datamodule, model = build(data, data.subset(np.arange(2)), device, path, batch)
     # the fast and grouped rows time the same number of queries (a Lightning batch: several of 64)
-    scale = batch / path.batch_size(batch) / path.steps_per_batch
+    scale = batch / path.batch_size(batch) / path.steps(device)
     whole_epoch = path.fast and device == "cuda"  # compiling happens in epoch 0; epoch 1 is timed whole
     # every row warms up ``warmup`` of its own batches (a grouped row's Lightning batch holds 16: at least 2 of
     # those): the one-time costs, buffers grown to the largest batch so far, come per batch and not per query
-    warm = warmup if path.steps_per_batch == 1 else max(2, math.ceil(warmup * scale))
+    warm = warmup if path.steps(device) == 1 else max(2, math.ceil(warmup * scale))
     timed = max(1, math.ceil(batches * scale))
     meter = Throughput(0 if whole_epoch else warm, epoch=1 if whole_epoch else 0)
     trainer = trainer_for(
@@ -301,10 +309,10 @@ def names(
     power = LR_POWER[device] if lr_power is None else lr_power
     fast = f"resident, {fast_batch}-query batches, lr x{(fast_batch / batch) ** power:g}, fused Adam"
     if device == "cuda":
-        graphs = f"whole steps as CUDA graphs, {STEPS_PER_BATCH} a Lightning step"
+        graphs = f"whole steps as CUDA graphs, {STEPS_PER_BATCH['cuda']} a Lightning step"
         fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, {graphs}, {precision}"
     else:
-        fast = f"**`trainer=cpu_fast`**: {fast}"
+        fast = f"**`trainer=cpu_fast`**: {fast}, {STEPS_PER_BATCH['cpu']} steps a Lightning step, freed memory kept"
     return {
         "loader": "DataLoader + collate (reference)",
         "resident": "device-resident gather",
@@ -535,9 +543,14 @@ def quality(args: argparse.Namespace) -> None:
 ABLATIONS = {  # change: (what it is, the row it changes, the changed row)
     "no-step-log": ("no per-step loss logging", Row("resident"), Row("resident", step_log=False)),
     "grouped-steps": (
-        f"{STEPS_PER_BATCH} optimizer steps a Lightning step (step_graphs, eager on CPU)",
+        "16 optimizer steps a Lightning step (step_graphs, eager on CPU)",
         Row("resident"),
-        Row("resident", steps_per_batch=STEPS_PER_BATCH),
+        Row("resident", steps_per_batch=16),
+    ),
+    "fast-single-steps": (
+        f"trainer=cpu_fast with one optimizer step a Lightning step, not {STEPS_PER_BATCH['cpu']}",
+        Row("fast"),
+        Row("fast", steps_per_batch=1),
     ),
     "no-buffers": (
         "the MLP through nn.Linear and autograd, no reused buffers (mkl_mlp off)",

@@ -13,6 +13,11 @@ are written into a buffer too. The values are the same products in the same orde
 path's (tested against autograd through the same ``nn.Sequential``:
 ``tests/rankers/neural/test_cpu_mlp.py``).
 
+Where ``kernels.mlp_cpu`` builds, ``training_scores`` runs the whole forward and the whole backward as
+one kernel call each (``KernelMLPFunction``): row blocks per core, every product on a block in cache,
+padding never computed; its hidden outputs are workspace buffers too. The product-at-a-time path below
+stays for features that need a gradient and where the kernel cannot be built.
+
 A buffer is reused only after the step that wrote it has run its backward: a second forward before
 that overwrites activations the first one saved, and autograd's version check refuses the first
 backward (an error, never a wrong gradient). ``LTR_CPU_KERNELS=0`` turns the path off, as it does the
@@ -30,7 +35,9 @@ from datamodules.normalization import FeatureNormalizer
 from kernels import mlp_cpu
 from rankers.neural import onednn_mlp
 
-GROWTH = 2.0  # a buffer that must grow takes a quarter more rows, so a slowly growing batch does not re-allocate
+# a buffer that must grow doubles: a few growths in a run, not one every few batches (each is fresh pages to
+# fault in); the fast row of bench/train_throughput.py took 1.55-1.57x its floor with 2.0, 1.59-1.70x with 1.25
+GROWTH = 2.0
 
 
 class Workspace:
