@@ -5,7 +5,7 @@
     python bench/train_throughput.py --device cpu --profile      # where a batch's time goes, on CPU
     python bench/train_throughput.py --device cpu --profile --ops 12 --threads 1   # and by operator
     python bench/train_throughput.py --quality --epochs 4        # validation ndcg@10, standard vs fast path
-    python bench/train_throughput.py --ablations                 # CPU: the resident row against changes (--changes)
+    python bench/train_throughput.py --ablations                 # CPU: rows against changes (--changes), a process a run
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
 labels 0-4, made in memory (no text round trip). Model: MLP 136-256-128-64-1 with LambdaRank@10 and
@@ -43,6 +43,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -582,21 +583,46 @@ def _faulting_run(data: LetorData, path: Row, args: argparse.Namespace) -> tuple
     return rate, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
+def _isolated_run(key: str, side: str, args: argparse.Namespace) -> tuple[float, int]:
+    """One run of an ablation (``side``: ``row`` or ``changed``) in a fresh process, so that nothing a run
+    leaves behind (glibc's malloc settings, which stay set for the process; the heap; buffers) reaches the
+    next: its documents/s and page faults."""
+    options = ["--queries", str(args.queries), "--batch-size", str(args.batch_size), "--warmup", str(args.warmup)]
+    options += ["--batches", str(args.batches or 80)] + (["--threads", str(args.threads)] if args.threads else [])
+    command = [sys.executable, "-m", "bench.train_throughput", "--ablation-run", key, side, *options]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    result = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode != 0 or not result:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    rate, faults = result[-1].split()[1:]
+    return float(rate), int(faults)
+
+
+RESULT = "ablation-run:"
+
+
+def ablation_run(args: argparse.Namespace) -> None:
+    """``--ablation-run KEY SIDE``: one side of one change, its figures on a line that starts ``RESULT``."""
+    key, side = args.ablation_run
+    _, row, variant = ABLATIONS[key]
+    rate, faults = _faulting_run(mslr_like(args.queries), row if side == "row" else variant, args)
+    print(f"{RESULT} {rate} {faults}", flush=True)
+
+
 def ablations(args: argparse.Namespace) -> None:
-    """The resident row against changes (``--changes``), in alternating pairs in one process (the VM's
-    neighbours move whole-table runs by more than these differences), with the page faults of each run."""
-    data = mslr_like(args.queries)
+    """Rows against changes (``--changes``), in alternating pairs (the VM's neighbours move whole-table runs
+    by more than these differences), each run in a fresh process, with the page faults of each run."""
     print(f"# machine: {machine()}; MKL: {'AVX-512 kernels' if mkl_vendor.active() else 'its own dispatch'}")
     print(
         "| change | pair | row (documents/s) | with the change | change | page faults (row / changed) |\n"
         "|---|---:|---:|---:|---:|---:|"
     )
     for key in args.changes:
-        name, row, variant = ABLATIONS[key]
+        name = ABLATIONS[key][0]
         changes = []
         for pair in range(args.pairs):
-            base, base_faults = _faulting_run(data, row, args)
-            changed, changed_faults = _faulting_run(data, variant, args)
+            base, base_faults = _isolated_run(key, "row", args)
+            changed, changed_faults = _isolated_run(key, "changed", args)
             changes.append(changed / base - 1)
             print(
                 f"| {name} | {pair + 1} | {base:,.0f} | {changed:,.0f} | {changes[-1]:+.1%} | "
@@ -639,12 +665,15 @@ def main() -> None:
     parser.add_argument(
         "--changes", nargs="+", choices=sorted(ABLATIONS), default=list(ABLATIONS), help="--ablations: which changes"
     )
+    parser.add_argument("--ablation-run", nargs=2, metavar=("CHANGE", "SIDE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
-    if args.profile:
+    if args.ablation_run:
+        ablation_run(args)
+    elif args.profile:
         profile(args)
     elif args.ablations:
         ablations(args)

@@ -96,10 +96,15 @@ def pad_batch(features: Tensor, labels: Tensor, starts: Tensor, lengths: Tensor,
     positions = torch.arange(width, device=features.device)
     mask = positions[None, :] < lengths[:, None]
     rows = torch.where(mask, starts[:, None] + positions[None, :], torch.zeros_like(mask, dtype=torch.long))
-    # index_select on the flat rows, then zeroing the padding rows in place: one tensor where features[rows] *
-    # mask made two, padding 0 whatever row 0 holds (NaN * 0 is NaN), and no second pass over the real rows
+    # index_select on the flat rows, then zeroing the padding in place: one tensor where features[rows] * mask
+    # made two, padding 0 whatever row 0 holds (NaN * 0 is NaN). On CPU only the padding rows are written
+    # (their indices: no second pass over the real rows); elsewhere masked_fill_, as nonzero would be a sync
     gathered = features.index_select(0, rows.reshape(-1))
-    gathered.index_fill_(0, (~mask).reshape(-1).nonzero().squeeze(1), 0)
+    padding = ~mask.reshape(-1)
+    if gathered.device.type == "cpu":
+        gathered.index_fill_(0, padding.nonzero().squeeze(1), 0)
+    else:
+        gathered.masked_fill_(padding[:, None], 0)
     return {
         "features": gathered.view(*rows.shape, *features.shape[1:]),
         "labels": labels[rows] * mask,

@@ -16,7 +16,9 @@
 // thread count but not on scheduling. The first layer's input gradient is never computed.
 //
 // No torch headers: BLAS comes in as a function pointer (the sgemm_ that libtorch exports; MKL's),
-// as does MKL's per-thread thread count (set to 1 inside the parallel region, restored after).
+// as does MKL's per-thread thread count (set to 1 inside the parallel region, restored after). MKL's packed
+// GEMM (the weights packed once a call) was 1-3% faster, but its buffers are megabytes a layer and thread
+// whatever the shape, and products with fewer rows than packed for are undocumented: not used.
 
 #include <omp.h>
 
@@ -31,7 +33,7 @@
 
 namespace {
 
-constexpr int kSlots = 8 + 2 * 16;  // 4 block buffers, 4 spare, two packed weights a layer up to 16 layers
+constexpr int kSlots = 4;  // the block's input, two gradient buffers, a thread's partial gradients
 
 // the calling thread's scratch buffer `slot`, at least `size` floats, kept for the thread's life (OpenMP's
 // threads persist): a step allocates nothing. Null if it cannot grow.
@@ -48,30 +50,17 @@ float* scratch(int slot, int64_t size) {
     return buffer.data();
 }
 
-float* scratch_bytes(int slot, size_t bytes) { return scratch(slot, int64_t((bytes + 63) / sizeof(float))); }
-
 
 using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
                        const int*, const float*, const int*, const float*, float*, const int*);
 using SetThreadsLocal = int (*)(int);
-// MKL's packed GEMM (cblas_sgemm_pack_get_size / cblas_sgemm_pack / cblas_sgemm_compute): a layer's weights
-// packed once per call and thread, then every block's product reads the packed copy
-using PackSize = size_t (*)(int, int, int, int);
-using Pack = void (*)(int, int, int, int, int, int, float, const float*, int, float*);
-using Compute = void (*)(int, int, int, int, int, int, const float*, int, const float*, int, float, float*, int);
-enum { kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162 };
-
 struct Blas {  // the functions the caller passes, in this order
     Sgemm sgemm;
     SetThreadsLocal threads_local;
-    PackSize pack_size;
-    Pack pack;
-    Compute compute;
 };
 
 Blas functions(void* const* blas) {
-    return Blas{reinterpret_cast<Sgemm>(blas[0]), reinterpret_cast<SetThreadsLocal>(blas[1]),
-                reinterpret_cast<PackSize>(blas[2]), reinterpret_cast<Pack>(blas[3]), reinterpret_cast<Compute>(blas[4])};
+    return Blas{reinterpret_cast<Sgemm>(blas[0]), reinterpret_cast<SetThreadsLocal>(blas[1])};
 }
 
 struct Network {
@@ -82,17 +71,6 @@ struct Network {
     Blas blas;
 };
 
-// W_j packed for `block`-row products: x W_j^T (forward) or g W_j (backward); null if packing is off
-float* pack_weights(const Network& net, int j, int block, bool transposed) {
-    if (!net.blas.pack || 8 + 2 * j + 1 >= kSlots) return nullptr;
-    const int i = int(net.widths[j]), o = int(net.widths[j + 1]);
-    const int n = transposed ? o : i, k = transposed ? i : o;
-    const size_t bytes = net.blas.pack_size(kBMatrix, block, n, k);
-    float* packed = scratch_bytes(8 + j * 2 + (transposed ? 0 : 1), bytes);
-    if (packed) net.blas.pack(kRowMajor, kBMatrix, transposed ? kTrans : kNoTrans, block, n, k, 1.0f, net.weights[j], i, packed);
-    return packed;
-}
-
 struct Rows {
     int64_t count;          // real rows
     const int64_t* index;   // [count] rows of x (null: rows 0 .. count-1)
@@ -102,14 +80,9 @@ struct Rows {
     int64_t row(int64_t r) const { return index ? index[r] : r; }
 };
 
-// row-major C[m, n] (ldc) = op(A) op(B) + beta C through column-major sgemm: C^T = op(B)^T op(A)^T;
-// with `packed` (op(B) packed by pack_weights) through cblas_sgemm_compute
+// row-major C[m, n] (ldc) = op(A) op(B) + beta C through column-major sgemm: C^T = op(B)^T op(A)^T
 void gemm(const Network& net, bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc, const float* packed = nullptr) {
-    if (packed) {
-        net.blas.compute(kRowMajor, trans_a ? kTrans : kNoTrans, kPacked, m, n, k, a, lda, packed, ldb, beta, c, ldc);
-        return;
-    }
+          const float* b, int ldb, float beta, float* c, int ldc) {
     const float one = 1.0f;
     const char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
     net.blas.sgemm(&ta, &tb, &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c, &ldc);
@@ -148,8 +121,8 @@ void bias_act(float* __restrict out, const float* __restrict bias, int64_t size,
     }
 }
 
-// g [size, width] zeroed where the layer's ReLU output h <= 0 (ReLU's backward), and its column sums
-// added to bias_grad
+// g [size, width] zeroed where the layer's ReLU output h <= 0 (ReLU's backward, as torch's threshold_backward:
+// a NaN output passes the gradient), and its column sums added to bias_grad
 void relu_back_sum(float* __restrict g, const float* __restrict h, int64_t size, int64_t width,
                    float* __restrict bias_grad) {
     for (int64_t r = 0; r < size; ++r) {
@@ -157,7 +130,7 @@ void relu_back_sum(float* __restrict g, const float* __restrict h, int64_t size,
         const float* __restrict out = h + r * width;
 #pragma omp simd
         for (int64_t c = 0; c < width; ++c) {
-            row[c] = out[c] > 0.0f ? row[c] : 0.0f;
+            row[c] = out[c] <= 0.0f ? 0.0f : row[c];
             bias_grad[c] += row[c];
         }
     }
@@ -192,8 +165,8 @@ extern "C" {
 const char* ltr_kernel_hash() { return LTR_KERNEL_HASH; }
 
 // Forward: hidden[j] [count, widths[j+1]] (j < layers - 1) and scores [total, widths[layers]] (rows not
-// in the index keep what they hold; the caller zeroes them). `blas`: sgemm_, MKL_Set_Num_Threads_Local,
-// and the packed GEMM's three functions (null: plain sgemm). Returns 0, or 1 if scratch could not be had.
+// in the index keep what they hold; the caller zeroes them). `blas`: sgemm_ and MKL_Set_Num_Threads_Local
+// (null: MKL's thread count untouched). Returns 0, or 1 if scratch could not be had.
 int ltr_mlp_forward(int64_t count, const int64_t* index, const float* x, const float* mean, const float* std,
                     int layers, const int64_t* widths, const float* const* weights, const float* const* biases,
                     float* const* hidden, float* scores, void* const* blas, int threads, int block) {
@@ -208,8 +181,6 @@ int ltr_mlp_forward(int64_t count, const int64_t* index, const float* x, const f
         share(count, omp_get_thread_num(), omp_get_num_threads(), &begin, &end);
         float* input = scratch(0, block * features);
         float* last = scratch(1, block * outputs);
-        std::vector<const float*> packed(layers, nullptr);
-        for (int j = 0; begin < end && j < layers; ++j) packed[j] = pack_weights(net, j, block, true);
         if (!input || !last) {
 #pragma omp atomic write
             failed = 1;
@@ -222,7 +193,7 @@ int ltr_mlp_forward(int64_t count, const int64_t* index, const float* x, const f
                 const int i = int(widths[j]), o = int(widths[j + 1]);
                 const bool relu = j < layers - 1;
                 float* out = relu ? hidden[j] + first * o : last;
-                gemm(net, false, true, int(size), o, i, in, i, weights[j], i, 0.0f, out, o, packed[j]);
+                gemm(net, false, true, int(size), o, i, in, i, weights[j], i, 0.0f, out, o);
                 bias_act(out, biases[j], size, o, relu);
                 in = out;
             }
@@ -270,8 +241,6 @@ int ltr_mlp_backward(int64_t count, const int64_t* index, const float* x, const 
         float* input = scratch(0, block * features);
         float* grad = scratch(1, block * wide);
         float* next = scratch(2, block * wide);
-        std::vector<const float*> packed(layers, nullptr);
-        for (int j = 1; begin < end && j < layers; ++j) packed[j] = pack_weights(net, j, block, false);
         const bool ready = input && grad && next && (t == 0 || own);
         if (!ready) {
 #pragma omp atomic write
@@ -295,7 +264,7 @@ int ltr_mlp_backward(int64_t count, const int64_t* index, const float* x, const 
                 gemm(net, true, false, o, i, int(size), grad, o, in, i, 1.0f, weight_grad[j], i);
                 if (j == 0) break;
                 // g W_j: [size, i], then ReLU's backward (h_j is layer j-1's ReLU output) and b_{j-1}'s sum
-                gemm(net, false, false, int(size), i, o, grad, o, weights[j], i, 0.0f, next, i, packed[j]);
+                gemm(net, false, false, int(size), i, o, grad, o, weights[j], i, 0.0f, next, i);
                 relu_back_sum(next, in, size, i, bias_grad[j - 1]);
                 std::swap(grad, next);
             }

@@ -13,8 +13,9 @@ count). ``python -m bench.mlp_cpu`` times it against the per-product path on the
 
 BLAS: the ``sgemm_`` that libtorch exports, MKL's, made single-threaded in the region with
 ``MKL_Set_Num_Threads_Local`` (both passed to the kernel as addresses; no torch headers, so a build
-takes a second). Where libtorch has no MKL (``blas()`` is None) or the library cannot be built,
-callers keep their tensor path. Parity with autograd through ``nn.Sequential``:
+takes a second). Every buffer the kernel reads or writes is checked here first (shape, dtype,
+contiguity). Where libtorch has no MKL (``blas()`` is None) or the library cannot be built, callers
+keep their tensor path. Parity with autograd through ``nn.Sequential``:
 ``tests/kernels/test_mlp_cpu.py``.
 """
 
@@ -34,9 +35,8 @@ KERNEL = NativeKernel(KERNELS["mlp_cpu"])
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 FORWARD_SIGNATURE = [_I64] + [_PTR] * 4 + [_INT] + [_PTR] * 6 + [_INT, _INT]
 BACKWARD_SIGNATURE = [_I64] + [_PTR] * 4 + [_INT] + [_PTR] * 7 + [_INT, _INT]
-# what the kernel calls, from libtorch (MKL): sgemm, the per-thread thread count, and the packed GEMM
-# (each thread packs a layer's weights once a call; 1-3% faster than sgemm's own packing at 7k-28k rows)
-BLAS = ("sgemm_", "MKL_Set_Num_Threads_Local", "cblas_sgemm_pack_get_size", "cblas_sgemm_pack", "cblas_sgemm_compute")
+# what the kernel calls, from libtorch (MKL): sgemm, and the calling thread's MKL thread count (set to 1)
+BLAS = ("sgemm_", "MKL_Set_Num_Threads_Local")
 # rows a thread's block holds: 128-1024 were within 5% of each other at 7k and 28k rows on the 2-core
 # EPYC (python -m bench.mlp_cpu --blocks ...); 256 keeps a 136-256 block's input and output in L2
 BLOCK_ROWS = 256
@@ -87,6 +87,8 @@ class Rows:
         self.x, self.index = x, index
         self.mean = None if mean is None else mean.to(torch.float32).contiguous()
         self.std = None if std is None else std.to(torch.float32).contiguous()
+        if mean is not None and not (self.mean.shape == self.std.shape == (x.shape[1],)):
+            raise ValueError(f"mean and std must be [{x.shape[1]}], got {tuple(mean.shape)} and {tuple(std.shape)}")
         self.count = len(x) if index is None else len(index)
 
     def arguments(self) -> tuple:
@@ -94,11 +96,27 @@ class Rows:
         return (self.count, pointer(self.index), self.x.data_ptr(), pointer(self.mean), pointer(self.std))
 
 
-def _widths(weights: list[Tensor], features: int) -> Tensor:
-    widths = [features] + [w.shape[0] for w in weights]
+def _float32_cpu(tensor: Tensor, name: str, shape: tuple[int, ...]) -> None:
+    if tensor.dtype != torch.float32 or tensor.device.type != "cpu" or not tensor.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous float32 CPU tensor, got {tensor.dtype} on {tensor.device}")
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} is {tuple(tensor.shape)}, expected {shape}")
+
+
+def _widths(weights: list[Tensor], features: int, biases: list[Tensor] | None = None) -> Tensor:
+    """``[F, o_0, .., o_{n-1}]`` after checking each ``weights[j] [o_j, i_j]`` (and ``biases[j] [o_j]``)."""
+    if not weights or (biases is not None and len(biases) != len(weights)):
+        raise ValueError(f"one weight and one bias a layer, at least one layer; got {len(weights)} weights")
+    if BLOCK_ROWS < 1:
+        raise ValueError(f"BLOCK_ROWS must be positive, got {BLOCK_ROWS}")
+    widths = [features]
     for j, w in enumerate(weights):
-        if w.shape[1] != widths[j]:
+        if w.dim() != 2 or w.shape[1] != widths[j]:
             raise ValueError(f"layer {j}'s weight is {tuple(w.shape)}, its input has {widths[j]} features")
+        _float32_cpu(w, f"layer {j}'s weight", tuple(w.shape))
+        if biases is not None:
+            _float32_cpu(biases[j], f"layer {j}'s bias", (w.shape[0],))
+        widths.append(w.shape[0])
     return torch.tensor(widths, dtype=torch.int64)
 
 
@@ -114,7 +132,7 @@ def forward(rows: Rows, weights: list[Tensor], biases: list[Tensor], hidden: lis
     [o, i]``, ``biases[j] [o]``); rows not in the index keep their value. ``hidden[j] [n, o_j]`` receive
     the hidden layers' ReLU outputs (what ``backward`` reads). Parameters contiguous float32."""
     library = _library()
-    widths = _widths(weights, rows.x.shape[1])
+    widths = _widths(weights, rows.x.shape[1], biases)
     _check_outputs(rows, widths, hidden, scores)
     failed = library.ltr_mlp_forward(
         *rows.arguments(),
@@ -165,7 +183,10 @@ def _check_outputs(rows: Rows, widths: Tensor, hidden: list[Tensor], scores: Ten
     """Every buffer the kernel writes or reads through a raw pointer has the shape it assumes."""
     sizes = widths.tolist()
     expected = [(rows.count, o) for o in sizes[1:-1]]
-    if [tuple(h.shape) for h in hidden] != expected or not all(h.is_contiguous() for h in hidden):
-        raise ValueError(f"hidden buffers must be contiguous {expected}, got {[tuple(h.shape) for h in hidden]}")
-    if tuple(scores.shape) != (len(rows.x), sizes[-1]) or not scores.is_contiguous():
-        raise ValueError(f"scores must be contiguous [{len(rows.x)}, {sizes[-1]}], got {tuple(scores.shape)}")
+    if [tuple(h.shape) for h in hidden] != expected:
+        raise ValueError(f"hidden buffers must be {expected}, got {[tuple(h.shape) for h in hidden]}")
+    for j, h in enumerate(hidden):
+        _float32_cpu(h, f"hidden buffer {j}", expected[j])
+    if tuple(scores.shape) != (len(rows.x), sizes[-1]):
+        raise ValueError(f"scores must be [{len(rows.x)}, {sizes[-1]}], got {tuple(scores.shape)}")
+    _float32_cpu(scores, "scores", (len(rows.x), sizes[-1]))

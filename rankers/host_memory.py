@@ -5,9 +5,11 @@ features are 15 MB). glibc's malloc maps such blocks fresh (above its mmap thres
 from the heap and gives the heap's top back to the kernel once more than the trim threshold is free;
 either way the next step's block is new pages that the kernel maps and zeroes on first touch, every
 step. ``kept_freed_memory()`` raises the mmap threshold to glibc's 64-bit maximum (32 MB) and the trim
-threshold to 1 GB while it is active, so freed blocks are reused in place; on exit it restores glibc's
-documented defaults (128 KB each; the threshold then stays fixed, where glibc had adjusted it
-dynamically) and trims the heap. ``trainer=cpu_fast`` turns it on through ``KeepFreedHostMemory``.
+threshold to 1 GB while it is active, so freed blocks are reused in place. Once set, glibc never goes
+back to adjusting its thresholds itself, so on exit they stay where that adjustment tops out (mmap 32 MB,
+trim 64 MB: what a process that freed a 32 MB block has anyway), not at the 128 KB start, which would
+map every later block afresh; then the heap is trimmed. ``trainer=cpu_fast`` turns it on through
+``KeepFreedHostMemory``.
 Measured by ``python bench/train_throughput.py --ablations --changes freed-memory-returned``
 (docs/benchmarks.md). Elsewhere than glibc (macOS, musl) it does nothing.
 """
@@ -24,7 +26,8 @@ import pytorch_lightning as pl
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc's malloc.h
 KEPT = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 64 << 20}
-DEFAULTS = {M_MMAP_THRESHOLD: 128 << 10, M_TRIM_THRESHOLD: 128 << 10, M_TOP_PAD: 128 << 10}  # mallopt(3)
+# after: glibc's dynamic thresholds at their ceiling (mmap 32 MB, trim twice that), its default top pad
+AFTER = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 64 << 20, M_TOP_PAD: 128 << 10}
 
 
 @functools.cache
@@ -39,8 +42,15 @@ def glibc() -> ctypes.CDLL | None:
 
 
 def _set(settings: dict[int, int]) -> bool:
+    """Every setting applied (mallopt returns 1), or none left changed: False."""
     library = glibc()
-    return library is not None and all(library.mallopt(option, value) == 1 for option, value in settings.items())
+    if library is None:
+        return False
+    if all(library.mallopt(option, value) == 1 for option, value in settings.items()):
+        return True
+    for option, value in AFTER.items():
+        library.mallopt(option, value)
+    return False
 
 
 @contextlib.contextmanager
@@ -52,7 +62,7 @@ def kept_freed_memory() -> Iterator[bool]:
         yield applied
     finally:
         if applied:
-            _set(DEFAULTS)
+            _set(AFTER)
             glibc().malloc_trim(0)
 
 

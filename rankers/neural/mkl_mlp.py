@@ -30,6 +30,7 @@ import os
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from datamodules.normalization import FeatureNormalizer
 from kernels import mlp_cpu
@@ -88,14 +89,16 @@ def training_scores(
         return mlp_scores(layers, normalized_into(normalizer, features, mask, workspace), workspace)
     flat = features.reshape(-1, features.shape[-1])
     index = None if mask is None else mask.reshape(-1).nonzero().squeeze(1)
+    mean = std = None
     if type(normalizer) is FeatureNormalizer and normalizer.kind in ("none", "zscore"):
-        zscore = normalizer.kind == "zscore"
-        rows = mlp_cpu.Rows(flat.contiguous(), index, *((normalizer.mean, normalizer.std) if zscore else ()))
+        if normalizer.kind == "zscore":
+            mean, std = normalizer.mean, normalizer.std
     else:
-        rows = mlp_cpu.Rows(normalizer(features, mask).reshape(flat.shape).contiguous(), index)
+        flat = normalizer(features, mask).reshape(flat.shape)
     weights = [m.weight for m in layers]
     biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
-    return KernelMLPFunction.apply(workspace, rows, *weights, *biases).reshape(features.shape[:-1])
+    scores = KernelMLPFunction.apply(workspace, flat.contiguous(), index, mean, std, *weights, *biases)
+    return scores.reshape(features.shape[:-1])
 
 
 def normalized_into(normalizer: nn.Module, features: Tensor, mask: Tensor | None, workspace: Workspace) -> Tensor:
@@ -146,29 +149,33 @@ class MLPFunction(torch.autograd.Function):
 
 
 class KernelMLPFunction(torch.autograd.Function):
-    """``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` on ``rows`` (a ``kernels.mlp_cpu.Rows``: features,
-    the real rows' index, the z-score) -> scores ``[T, O]``, 0 on rows outside the index; arguments
-    ``workspace, rows, W_0 .. W_{n-1}, b_0 .. b_{n-1}``. Forward and backward are one kernel call each;
-    the hidden outputs live in workspace buffers, marked written (``increment_version``) so that a
-    backward after another forward has overwritten them is refused, as the per-product path's."""
+    """``Linear_0 -> ReLU -> ... -> Linear_{n-1}`` on the rows of ``x [T, F]`` in ``index`` (None: all),
+    z-scored by ``mean`` / ``std`` (None: as they are) -> scores ``[T, O]``, 0 on rows outside the index;
+    arguments ``workspace, x, index, mean, std, W_0 .. W_{n-1}, b_0 .. b_{n-1}``. Forward and backward
+    are one ``kernels.mlp_cpu`` call each. The hidden outputs live in workspace buffers, marked written
+    (``increment_version``), and every input is saved for backward, so that a backward after another
+    forward overwrote the buffers, or after the features were changed in place, is refused (as the
+    per-product path's); the backward is not itself differentiable (``once_differentiable``)."""
 
     @staticmethod
-    def forward(ctx, workspace: Workspace, rows: mlp_cpu.Rows, *parameters: Tensor) -> Tensor:
+    def forward(ctx, workspace: Workspace, x: Tensor, index, mean, std, *parameters: Tensor) -> Tensor:
+        rows = mlp_cpu.Rows(x, index, mean, std)
         n = len(parameters) // 2
         weights = [w.contiguous() for w in parameters[:n]]
         biases = [b.contiguous() for b in parameters[n:]]
         hidden = [workspace.rows(f"hidden{j}", rows.count, w.shape[0]) for j, w in enumerate(weights[:-1])]
-        scores = rows.x.new_zeros(len(rows.x), weights[-1].shape[0])
+        scores = x.new_zeros(len(x), weights[-1].shape[0])
         mlp_cpu.forward(rows, weights, biases, hidden, scores)
         for buffer in hidden:
             torch.autograd.graph.increment_version(buffer)
-        ctx.rows, ctx.layers = rows, n
-        ctx.save_for_backward(*hidden, *weights)
+        ctx.layers = n
+        ctx.save_for_backward(x, index, rows.mean, rows.std, *hidden, *weights)
         return scores
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        saved = ctx.saved_tensors  # raises if a buffer was overwritten since the forward
-        hidden, weights = list(saved[: ctx.layers - 1]), list(saved[ctx.layers - 1 :])
-        weight_grads, bias_grads = mlp_cpu.backward(ctx.rows, weights, hidden, grad)
-        return (None, None, *weight_grads, *bias_grads)
+        x, index, mean, std, *saved = ctx.saved_tensors  # raises if any was changed since the forward
+        hidden, weights = saved[: ctx.layers - 1], saved[ctx.layers - 1 :]
+        weight_grads, bias_grads = mlp_cpu.backward(mlp_cpu.Rows(x, index, mean, std), weights, hidden, grad)
+        return (None, None, None, None, None, *weight_grads, *bias_grads)

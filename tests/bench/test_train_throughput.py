@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from bench import train_throughput
+from kernels import mlp_cpu
 from rankers.neural import mkl_mlp, onednn_mlp
 from rankers.scorers import MLPScorer
 
@@ -18,3 +19,19 @@ def test_a_rows_mlp_backend_is_the_path_that_runs(backend, runs):
     with train_throughput.row_patches(train_throughput.Row("resident", mlp=backend)):
         taken = [name for name, path in (("onednn", onednn_mlp), ("mkl", mkl_mlp)) if path.applies(scorer, features)]
     assert taken == ([runs] if runs else [])
+
+
+def test_the_per_product_row_turns_the_kernel_off_and_only_there():
+    with train_throughput.row_patches(train_throughput.Row("resident", mlp="per-product")):
+        assert not mlp_cpu.available()
+    with train_throughput.row_patches(train_throughput.Row("resident", mlp="mkl")):
+        assert mlp_cpu.available() == (mlp_cpu.blas() is not None and mlp_cpu.kernel() is not None)
+
+
+def test_the_fast_rows_mirror_their_configs():
+    """trainer=cpu_fast: 4 steps a Lightning step and freed memory kept; gpu_fast: 16; other rows: 1, not kept."""
+    fast, resident = train_throughput.Row("fast"), train_throughput.Row("resident")
+    assert (fast.steps("cpu"), fast.steps("cuda"), resident.steps("cpu")) == (4, 16, 1)
+    assert fast.keeps_memory("cpu") and not fast.keeps_memory("cuda") and not resident.keeps_memory("cpu")
+    assert train_throughput.Row("fast", steps_per_batch=1, keep_memory=False).steps("cpu") == 1
+    assert not train_throughput.Row("fast", keep_memory=False).keeps_memory("cpu")

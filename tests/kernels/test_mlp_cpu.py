@@ -114,7 +114,12 @@ def test_gradients_are_the_same_from_run_to_run():
     network = _network(20, (64, 32), 1, seed=5)
     x, index = _inputs(3 * mlp_cpu.BLOCK_ROWS, 20, seed=9, padded=True)
     grad = torch.randn(len(x), 1)
-    first, second = (_run(network, mlp_cpu.Rows(x, index), grad) for _ in range(2))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)  # a partial gradient from each of three threads
+    try:
+        first, second = (_run(network, mlp_cpu.Rows(x, index), grad) for _ in range(2))
+    finally:
+        torch.set_num_threads(previous)
     for a, b in zip([*first[1], *first[2]], [*second[1], *second[2]], strict=True):
         assert torch.equal(a, b)
 
@@ -134,6 +139,14 @@ def test_refusals():
         mlp_cpu.forward(rows, [torch.randn(3, 5)], biases, [], torch.zeros(6, 3))
     with pytest.raises(ValueError, match="scores must be"):
         mlp_cpu.forward(rows, weights, biases, [], torch.zeros(5, 3))
+    with pytest.raises(ValueError, match=r"mean and std must be \[4\]"):
+        mlp_cpu.Rows(torch.randn(6, 4), None, torch.zeros(3), torch.ones(3))
+    with pytest.raises(ValueError, match="layer 0's bias is"):
+        mlp_cpu.forward(rows, weights, [torch.zeros(4)], [], torch.zeros(6, 3))
+    with pytest.raises(ValueError, match="layer 0's weight must be a contiguous float32"):
+        mlp_cpu.forward(rows, [torch.randn(3, 4, dtype=torch.float64)], biases, [], torch.zeros(6, 3))
+    with pytest.raises(ValueError, match="at least one layer"):
+        mlp_cpu.forward(rows, [], [], [], torch.zeros(6, 3))
     with pytest.raises(ValueError, match="hidden buffers"):
         mlp_cpu.forward(
             rows, [torch.randn(5, 4), torch.randn(1, 5)], [torch.zeros(5), torch.zeros(1)], [], torch.zeros(6, 1)

@@ -213,6 +213,25 @@ def test_the_module_refuses_a_backward_through_overwritten_buffers(path, monkeyp
         first.backward()
 
 
+@pytest.mark.parametrize("path", MKL_PATHS[1:])  # the kernel
+def test_the_kernel_refuses_changed_features_and_a_second_derivative(path):
+    """The kernel's backward reads the features again: changed in place since the forward, autograd refuses
+    it (not a wrong gradient); its backward is not differentiable, and says so when asked to be."""
+    scorer = MLPScorer(4, hidden=(8,))
+    scores_fn, workspace = _scores_fn(path)
+    layers = onednn_mlp.plain_layers(scorer)
+    features = torch.randn(6, 4)
+    loss = scores_fn(layers, features).square().sum()
+    features.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    loss = scores_fn(layers, torch.randn(6, 4)).square().sum()
+    (grad,) = torch.autograd.grad(loss, [layers[0].weight], create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        grad.sum().backward()
+    assert len(workspace) == 1  # the kernel ran: its one hidden buffer, none of the per-product path's
+
+
 def test_copies_of_a_module_start_with_an_empty_workspace():
     workspace = mkl_mlp.Workspace()
     workspace.rows("hidden0", 10, 3)
