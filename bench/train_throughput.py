@@ -5,7 +5,7 @@
     python bench/train_throughput.py --device cpu --profile      # where a batch's time goes, on CPU
     python bench/train_throughput.py --device cpu --profile --ops 12 --threads 1   # and by operator
     python bench/train_throughput.py --quality --epochs 4        # validation ndcg@10, standard vs fast path
-    python bench/train_throughput.py --ablations                 # CPU: rows against changes (--changes), a process a run
+    python bench/train_throughput.py --ablations                 # CPU: rows against changes, a process a run
 
 Data: ~19k queries of 30-210 documents (2.27M documents, MSLR-WEB30K's size), 136 features,
 labels 0-4, made in memory (no text round trip). Model: MLP 136-256-128-64-1 with LambdaRank@10 and
@@ -20,7 +20,7 @@ Adam, trained by the real Lightning Trainer (no validation). Rows per device:
 * the fast path (``trainer=cpu_fast`` / ``trainer=gpu_fast``): device-resident, 256-query batches with
   the learning rate scaled by (256 / 64) ** 1.5 on CPU, linearly on CUDA (``--lr-power``), fused Adam,
   several optimizer steps per Lightning step (``model.step_graphs``, ``data.steps_per_batch``: 4 on CPU,
-  eager, with freed host memory kept, ``rankers.host_memory``; 16 on CUDA); on CUDA also lists padded
+  eager; 16 on CUDA); on CUDA also lists padded
   to 256 (float32, ``--fast-precision`` for bf16), each whole step (loss, backward, Adam) a replayed CUDA
   graph, and its whole second epoch is timed.
 
@@ -71,7 +71,6 @@ from datamodules.letor_io import LetorData
 from kernels import mlp_cpu
 from losses import lambdarank_loss
 from rankers import MLPScorer, RankerModule
-from rankers.host_memory import KeepFreedHostMemory
 from rankers.neural import mkl_mlp, onednn_mlp
 
 HIDDEN = (256, 128, 64)
@@ -182,8 +181,7 @@ class Row:
     ``generic``: ``nn.Linear`` and autograd, ``per-product``: ``mkl_mlp`` without ``kernels.mlp_cpu``);
     ``steps_per_batch``: optimizer steps a Lightning step through ``model.step_graphs`` (eager on CPU;
     None: the fast rows' config, ``STEPS_PER_BATCH``, else 1); ``step_log``: False drops the per-step loss
-    logging; ``keep_memory``: ``rankers.host_memory.KeepFreedHostMemory`` on the CPU (None: on for the
-    fast row, as trainer=cpu_fast)."""
+    logging."""
 
     mode: str
     mlp: str = "default"
@@ -192,16 +190,12 @@ class Row:
     fast_batch: int = 256
     lr_power: float = LR_POWER["cpu"]
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
-    keep_memory: bool | None = None  # KeepFreedHostMemory (CPU): None as the configs, on for trainer=cpu_fast
 
     def steps(self, device: str) -> int:
         """Optimizer steps a Lightning step (a list of that many batches)."""
         if self.steps_per_batch is not None:
             return self.steps_per_batch
         return STEPS_PER_BATCH[device] if self.fast else 1
-
-    def keeps_memory(self, device: str) -> bool:
-        return device == "cpu" and (self.fast if self.keep_memory is None else self.keep_memory)
 
     @property
     def fast(self) -> bool:
@@ -259,10 +253,8 @@ def build(data: LetorData, val: LetorData, device: str, path: Row, batch: int, s
     return datamodule, model
 
 
-def trainer_for(device: str, path: Row, callbacks: list[pl.Callback] = (), **options) -> pl.Trainer:
-    kept = [KeepFreedHostMemory()] if path.keeps_memory(device) else []
+def trainer_for(device: str, path: Row, **options) -> pl.Trainer:
     return pl.Trainer(
-        callbacks=[*callbacks, *kept],
         accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         precision=path.precision if path.fast and device == "cuda" else "32-true",
@@ -297,7 +289,7 @@ def run(data: LetorData, device: str, path: Row, batches: int, warmup: int, batc
     with row_patches(path):
         trainer.fit(model, datamodule=datamodule)
     runner = model._runner
-    if runner is not None:  # whether the steps were graphs: a failed capture falls back to eager steps
+    if runner is not None and device == "cuda":  # whether the steps were graphs (a failed capture: eager)
         print(
             f"# step graphs: {runner.captures} captured, {runner.replays} replayed, eager shapes {runner.eager_shapes}"
         )
@@ -313,7 +305,7 @@ def names(
         graphs = f"whole steps as CUDA graphs, {STEPS_PER_BATCH['cuda']} a Lightning step"
         fast = f"**`trainer=gpu_fast`**: {fast}, padded to 256, {graphs}, {precision}"
     else:
-        fast = f"**`trainer=cpu_fast`**: {fast}, {STEPS_PER_BATCH['cpu']} steps a Lightning step, freed memory kept"
+        fast = f"**`trainer=cpu_fast`**: {fast}, {STEPS_PER_BATCH['cpu']} steps a Lightning step"
     return {
         "loader": "DataLoader + collate (reference)",
         "resident": "device-resident gather",
@@ -403,7 +395,9 @@ def profile(args: argparse.Namespace) -> None:
     batches = args.batches or 30
     power = lr_power(args, "cpu")
     row_names = names("cpu", args.batch_size, args.fast_batch_size, power)
-    for path in (Row("resident"), Row("fast", fast_batch=args.fast_batch_size, lr_power=power)):
+    # the fast row a step a Lightning step: Lightning's phases (forward, backward, optimizer) of each step
+    fast = Row("fast", fast_batch=args.fast_batch_size, lr_power=power, steps_per_batch=1)
+    for path in (Row("resident"), fast):
         datamodule, model = build(data, data.subset(np.arange(2)), "cpu", path, args.batch_size)
         phases = Phases(skip=args.warmup)
         trainer = trainer_for(
@@ -418,8 +412,9 @@ def profile(args: argparse.Namespace) -> None:
         inside = {name: statistics.median(values) for name, values in phases.times.items()}
         alone = _pieces(datamodule, model, path, args.warmup, batches, CLOCKS[args.clock])
         docs = alone.pop("documents")
+        steps = " (here one step a Lightning step)" if path.fast else ""
         print(
-            f"\n## {row_names[path.mode]}: median ms per batch "
+            f"\n## {row_names[path.mode]}{steps}: median ms per batch "
             f"({docs:,.0f} documents a batch, {torch.get_num_threads()} threads)\n"
         )
         print("| inside Lightning's loop | ms |\n|---|---:|")
@@ -562,16 +557,6 @@ ABLATIONS = {  # change: (what it is, the row it changes, the changed row)
         "the MLP a product at a time in reused buffers, not the one-pass kernel (kernels.mlp_cpu off)",
         Row("resident"),
         Row("resident", mlp="per-product"),
-    ),
-    "freed-memory-returned": (
-        "trainer=cpu_fast without KeepFreedHostMemory (glibc returns freed blocks)",
-        Row("fast"),
-        Row("fast", keep_memory=False),
-    ),
-    "freed-memory-kept": (
-        "the resident row with KeepFreedHostMemory",
-        Row("resident"),
-        Row("resident", keep_memory=True),
     ),
 }
 

@@ -29,9 +29,7 @@ def test_the_per_product_row_turns_the_kernel_off_and_only_there():
 
 
 def test_the_fast_rows_mirror_their_configs():
-    """trainer=cpu_fast: 4 steps a Lightning step and freed memory kept; gpu_fast: 16; other rows: 1, not kept."""
+    """trainer=cpu_fast: 4 steps a Lightning step; gpu_fast: 16; other rows: 1."""
     fast, resident = train_throughput.Row("fast"), train_throughput.Row("resident")
     assert (fast.steps("cpu"), fast.steps("cuda"), resident.steps("cpu")) == (4, 16, 1)
-    assert fast.keeps_memory("cpu") and not fast.keeps_memory("cuda") and not resident.keeps_memory("cpu")
-    assert train_throughput.Row("fast", steps_per_batch=1, keep_memory=False).steps("cpu") == 1
-    assert not train_throughput.Row("fast", keep_memory=False).keeps_memory("cpu")
+    assert train_throughput.Row("fast", steps_per_batch=1).steps("cpu") == 1
