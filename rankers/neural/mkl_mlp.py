@@ -94,7 +94,10 @@ def training_scores(
         if normalizer.kind == "zscore":
             mean, std = normalizer.mean, normalizer.std
     else:
-        flat = normalizer(features, mask).reshape(flat.shape)
+        normalized = normalizer(features, mask)
+        if normalized.requires_grad:  # a normalizer that learns: the kernel computes no input gradient
+            return mlp_scores(layers, normalized, workspace)
+        flat = normalized.reshape(flat.shape)
     weights = [m.weight for m in layers]
     biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
     scores = KernelMLPFunction.apply(workspace, flat.contiguous(), index, mean, std, *weights, *biases)

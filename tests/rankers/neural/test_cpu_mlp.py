@@ -232,6 +232,28 @@ def test_the_kernel_refuses_changed_features_and_a_second_derivative(path):
     assert len(workspace) == 1  # the kernel ran: its one hidden buffer, none of the per-product path's
 
 
+@pytest.mark.parametrize("path", MKL_PATHS[1:])  # the kernel
+def test_a_normalizer_that_learns_gets_its_gradient(path):
+    """A normalizer with parameters: its gradient through the MLP equals autograd's (the kernel computes no
+    input gradient, so such inputs go a product at a time)."""
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.full((5,), 0.5))
+
+        def forward(self, features, mask=None):
+            return features * self.weight
+
+    torch.manual_seed(8)
+    scorer, normalizer = MLPScorer(5, hidden=(6,)), Scale()
+    layers, features = onednn_mlp.plain_layers(scorer), torch.randn(3, 4, 5)
+    mkl_mlp.training_scores(layers, features, None, normalizer, mkl_mlp.Workspace()).square().sum().backward()
+    fast, normalizer.weight.grad = normalizer.weight.grad.clone(), None
+    scorer(normalizer(features)).square().sum().backward()
+    torch.testing.assert_close(fast, normalizer.weight.grad, rtol=1e-4, atol=1e-6)
+
+
 def test_copies_of_a_module_start_with_an_empty_workspace():
     workspace = mkl_mlp.Workspace()
     workspace.rows("hidden0", 10, 3)
