@@ -187,6 +187,7 @@ class Row:
     mlp: str = "default"
     steps_per_batch: int | None = None
     step_log: bool = True
+    every_step_log: bool = False  # the loss logged on every step, not only those Lightning writes
     fast_batch: int = 256
     lr_power: float = LR_POWER["cpu"]
     precision: str = "32-true"  # the fast rows' on CUDA (trainer=gpu_fast's; bf16-mixed lost quality)
@@ -224,6 +225,8 @@ def row_patches(path: Row) -> Iterator[None]:
             stack.enter_context(mock.patch.object(mlp_cpu, "available", lambda: False))
         if not path.step_log:
             stack.enter_context(mock.patch.object(RankerModule, "_log_train_loss", lambda *args: None))
+        if path.every_step_log:
+            stack.enter_context(mock.patch.object(RankerModule, "_logs_train_loss", lambda self: True))
         yield
 
 
@@ -538,6 +541,11 @@ def quality(args: argparse.Namespace) -> None:
 
 ABLATIONS = {  # change: (what it is, the row it changes, the changed row)
     "no-step-log": ("no per-step loss logging", Row("resident"), Row("resident", step_log=False)),
+    "every-step-log": (
+        "the loss logged on every step, not only the steps Lightning writes",
+        Row("resident"),
+        Row("resident", every_step_log=True),
+    ),
     "grouped-steps": (
         "16 optimizer steps a Lightning step (step_graphs, eager on CPU)",
         Row("resident"),
