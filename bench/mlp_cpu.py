@@ -89,9 +89,11 @@ def main() -> None:
         timings = {}
         for name in ("per product", "autograd"):
             timings[name] = median_ms(runs[name], args.repeats)
+        default = mlp_cpu.BLOCK_ROWS
         for block in args.blocks:
             mlp_cpu.BLOCK_ROWS = block
             timings[f"kernel {block}"] = median_ms(runs["kernel"], args.repeats)
+        mlp_cpu.BLOCK_ROWS = default
         for name, ms in timings.items():
             path, _, block = name.partition(" ") if name.startswith("kernel") else (name, "", "")
             print(

@@ -36,8 +36,8 @@ from datamodules.normalization import FeatureNormalizer
 from kernels import mlp_cpu
 from rankers.neural import onednn_mlp
 
-# a buffer that must grow doubles: a few growths in a run, not one every few batches (each is fresh pages to
-# fault in); the fast row of bench/train_throughput.py took 1.55-1.57x its floor with 2.0, 1.59-1.70x with 1.25
+# a buffer that must grow doubles: a few growths in a run, not one every few batches (each growth is fresh
+# pages to fault in), at the cost of up to twice the largest batch's activations held
 GROWTH = 2.0
 
 
@@ -98,9 +98,8 @@ def training_scores(
         if normalized.requires_grad:  # a normalizer that learns: the kernel computes no input gradient
             return mlp_scores(layers, normalized, workspace)
         flat = normalized.reshape(flat.shape)
-    weights = [m.weight for m in layers]
-    biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
-    scores = KernelMLPFunction.apply(workspace, flat.contiguous(), index, mean, std, *weights, *biases)
+    parameters = onednn_mlp.layer_parameters(layers)
+    scores = KernelMLPFunction.apply(workspace, flat.contiguous(), index, mean, std, *parameters)
     return scores.reshape(features.shape[:-1])
 
 
@@ -171,14 +170,14 @@ class KernelMLPFunction(torch.autograd.Function):
         mlp_cpu.forward(rows, weights, biases, hidden, scores)
         for buffer in hidden:
             torch.autograd.graph.increment_version(buffer)
-        ctx.layers = n
+        ctx.rows, ctx.layers = rows, n  # the checked rows; saved below too, for autograd's version check
         ctx.save_for_backward(x, index, rows.mean, rows.std, *hidden, *weights)
         return scores
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x, index, mean, std, *saved = ctx.saved_tensors  # raises if any was changed since the forward
+        saved = ctx.saved_tensors[4:]  # raises if any was changed since the forward
         hidden, weights = saved[: ctx.layers - 1], saved[ctx.layers - 1 :]
-        weight_grads, bias_grads = mlp_cpu.backward(mlp_cpu.Rows(x, index, mean, std), weights, hidden, grad)
+        weight_grads, bias_grads = mlp_cpu.backward(ctx.rows, weights, hidden, grad)
         return (None, None, None, None, None, *weight_grads, *bias_grads)

@@ -101,9 +101,14 @@ def apply_mlp(function: type[torch.autograd.Function], layers: list[nn.Linear], 
     """``features [..., F]`` -> scores ``[...]`` through ``function.apply(*leading, x, W_0 .. W_{n-1}, b_0 ..
     b_{n-1})`` on the flat ``x [N, F]`` (a layer without bias gets zeros): the CPU MLP paths' entry."""
     flat = features.reshape(-1, features.shape[-1]).contiguous()
+    return function.apply(*leading, flat, *layer_parameters(layers)).reshape(features.shape[:-1])
+
+
+def layer_parameters(layers: list[nn.Linear]) -> list[Tensor]:
+    """``W_0 .. W_{n-1}, b_0 .. b_{n-1}`` of ``layers``, zeros for a layer without bias: what the CPU MLP
+    functions take after their input."""
     weights = [m.weight for m in layers]
-    biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
-    return function.apply(*leading, flat, *weights, *biases).reshape(features.shape[:-1])
+    return weights + [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
 
 
 Layer = Callable[[int, Tensor, Tensor, Tensor, bool], Tensor]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+
 import pytest
 import torch
 
@@ -33,3 +36,16 @@ def test_the_fast_rows_mirror_their_configs():
     fast, resident = train_throughput.Row("fast"), train_throughput.Row("resident")
     assert (fast.steps("cpu"), fast.steps("cuda"), resident.steps("cpu")) == (4, 16, 1)
     assert train_throughput.Row("fast", steps_per_batch=1).steps("cpu") == 1
+
+
+def test_an_ablation_run_that_fails_says_so_with_its_error(monkeypatch):
+    """A child run that exits non-zero (or prints no result) is an error carrying its stderr, not a figure."""
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="KeyError: 'no-such-change'")
+    monkeypatch.setattr(train_throughput.subprocess, "run", lambda *args, **kwargs: failed)
+    args = argparse.Namespace(queries=10, batch_size=4, warmup=1, batches=2, threads=None)
+    with pytest.raises(RuntimeError, match="no-such-change"):
+        train_throughput._isolated_run("no-such-change", "row", args)
+    silent = subprocess.CompletedProcess([], 0, stdout="no result line\n", stderr="")
+    monkeypatch.setattr(train_throughput.subprocess, "run", lambda *args, **kwargs: silent)
+    with pytest.raises(RuntimeError, match="failed"):
+        train_throughput._isolated_run("no-buffers", "row", args)

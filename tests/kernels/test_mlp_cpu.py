@@ -156,3 +156,36 @@ def test_refusals():
 def test_turned_off_by_ltr_cpu_kernels(monkeypatch):
     monkeypatch.setenv("LTR_CPU_KERNELS", "0")
     assert not mlp_cpu.available()
+
+
+def test_a_non_positive_block_is_refused(monkeypatch):
+    monkeypatch.setattr(mlp_cpu, "BLOCK_ROWS", 0)  # the kernel's loop would never advance
+    with pytest.raises(ValueError, match="BLOCK_ROWS must be positive"):
+        mlp_cpu.forward(mlp_cpu.Rows(torch.randn(6, 4)), [torch.randn(1, 4)], [torch.zeros(1)], [], torch.zeros(6, 1))
+
+
+class _Failing:
+    """A library whose entry points report that a thread's block buffers could not be allocated."""
+
+    @staticmethod
+    def ltr_mlp_forward(*args):
+        return 1
+
+    @staticmethod
+    def ltr_mlp_backward(*args):
+        return 1
+
+
+def test_a_kernel_that_cannot_allocate_raises_memory_error(monkeypatch):
+    monkeypatch.setattr(mlp_cpu, "kernel", lambda: _Failing())
+    rows, weights = mlp_cpu.Rows(torch.randn(6, 4)), [torch.randn(1, 4)]
+    with pytest.raises(MemoryError, match="could not allocate"):
+        mlp_cpu.forward(rows, weights, [torch.zeros(1)], [], torch.zeros(6, 1))
+    with pytest.raises(MemoryError, match="could not allocate"):
+        mlp_cpu.backward(rows, weights, [], torch.zeros(6, 1))
+
+
+def test_calling_it_where_it_is_not_available_is_an_error(monkeypatch):
+    monkeypatch.setattr(mlp_cpu, "kernel", lambda: None)
+    with pytest.raises(RuntimeError, match="not available"):
+        mlp_cpu.forward(mlp_cpu.Rows(torch.randn(6, 4)), [torch.randn(1, 4)], [torch.zeros(1)], [], torch.zeros(6, 1))
