@@ -556,6 +556,11 @@ ABLATIONS = {  # change: (what it is, the row it changes, the changed row)
         Row("fast"),
         Row("fast", steps_per_batch=1),
     ),
+    "fast-16-steps": (
+        f"trainer=cpu_fast with 16 optimizer steps a Lightning step, not {STEPS_PER_BATCH['cpu']}",
+        Row("fast"),
+        Row("fast", steps_per_batch=16),
+    ),
     "no-buffers": (
         "the MLP through nn.Linear and autograd, no reused buffers (mkl_mlp off)",
         Row("resident"),

@@ -17,8 +17,8 @@
 //
 // No torch headers: BLAS comes in as a function pointer (the sgemm_ that libtorch exports; MKL's),
 // as does MKL's per-thread thread count (set to 1 inside the parallel region, restored after). MKL's packed
-// GEMM (the weights packed once a call) was 1-3% faster, but its buffers are megabytes a layer and thread
-// whatever the shape, and products with fewer rows than packed for are undocumented: not used.
+// GEMM (the weights packed once a call) is not used: its buffers are megabytes a layer and thread whatever
+// the shape, and products with fewer rows than packed for are undocumented.
 
 #include <omp.h>
 
